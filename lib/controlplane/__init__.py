@@ -1,0 +1,1 @@
+"""controlplane: Kafka group coordinator and controller mutation quota as streaming state machines."""

@@ -1,0 +1,43 @@
+"""``python -m controlplane COMMAND ...``: dispatches to the module that owns each command.
+
+Every command module exposes ``main(argv: list[str]) -> int``. Imports are lazy so that the
+replay commands load no Spark and no pandas.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
+    ("replay", "group"): ("controlplane.replay.group", "replay coordinator events from a JSON Lines file"),
+    ("replay", "quota"): ("controlplane.replay.quota", "replay mutation events from a JSON Lines file"),
+    ("sql",): ("controlplane.cli.sql", "run a SQL file or text over the local Delta tables"),
+    ("groups",): ("controlplane.cli.groups", "list or describe groups (kafka-consumer-groups)"),
+    ("quotas",): ("controlplane.cli.quotas", "describe a principal's quota (kafka-configs)"),
+    ("maintenance",): ("controlplane.cli.maintenance", "compact and vacuum the Delta tables"),
+    ("demo",): ("controlplane.cli.demo", "the main job: engine + a fleet of real clients, locally"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: python -m controlplane COMMAND [ARGS]", "", "commands:"]
+    for words, (_, text) in COMMANDS.items():
+        lines.append(f"  {' '.join(words):<14} {text}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    for size in (2, 1):
+        words = tuple(args[:size])
+        if words in COMMANDS:
+            module = importlib.import_module(COMMANDS[words][0])
+            result: int = module.main(args[size:])
+            return result
+    print(_usage(), file=sys.stderr)
+    return 0 if args[:1] in (["-h"], ["--help"]) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

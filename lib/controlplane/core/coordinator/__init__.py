@@ -1,0 +1,1 @@
+"""Kafka's classic group coordinator (JoinGroup/SyncGroup/Heartbeat/LeaveGroup, offsets) as a pure state machine."""

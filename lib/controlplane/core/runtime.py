@@ -1,0 +1,44 @@
+"""The contract between the cores and their shells (replay command, streaming engine).
+
+A *runner* owns the state of one Spark key: one group, one coordinator shard holding many
+groups, one quota key, or one quota shard. The shell hands it the key's encoded state, the
+key's events in source order with the time each is handled at, and the tick (batch time or
+watermark, or None); it returns the new encoded state (None: forget the key), the output rows
+per table in order, and the key's next deadline (None: no timer). Runners are pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class TimedEvent:
+    """A raw wire event (a parsed JSON object, or a text that was not one) and its handling time.
+
+    ``time_ms`` is the event's clock candidate: ``event_time_ms`` in replay and event-time mode,
+    the arrival time clamped to the batch time in processing-time mode (events.md §6). The key's
+    clock is ``max(key clock, time_ms)``. ``line`` names the input position for error messages.
+    """
+
+    event: Mapping[str, Any]
+    time_ms: int | None
+    line: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    state: bytes | None
+    outputs: Mapping[str, Sequence[Mapping[str, Any]]]  # table name -> rows, in order
+    next_deadline_ms: int | None
+
+
+class Runner(Protocol):
+    def run(
+        self,
+        state: bytes | None,
+        events: Sequence[TimedEvent],
+        tick_ms: int | None,
+    ) -> RunResult: ...
