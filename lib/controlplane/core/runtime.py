@@ -25,7 +25,9 @@ class TimedEvent:
 
     event: Mapping[str, Any]
     time_ms: int | None
-    line: str | None = None
+    line: str | None = None  # e.g. "events.jsonl:12"; named in INVALID_REQUEST messages
+    error: str | None = None  # set when the text could not be parsed into a JSON object
+    raw: str | None = None  # the text as received, kept when ``error`` is set
 
 
 @dataclass(frozen=True, slots=True)
