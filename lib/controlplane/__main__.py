@@ -10,8 +10,14 @@ import importlib
 import sys
 
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
-    ("replay", "group"): ("controlplane.replay.group", "replay coordinator events from a JSON Lines file"),
-    ("replay", "quota"): ("controlplane.replay.quota", "replay mutation events from a JSON Lines file"),
+    ("replay", "group"): (
+        "controlplane.replay.group",
+        "replay coordinator events from a JSON Lines file",
+    ),
+    ("replay", "quota"): (
+        "controlplane.replay.quota",
+        "replay mutation events from a JSON Lines file",
+    ),
     ("sql",): ("controlplane.cli.sql", "run a SQL file or text over the local Delta tables"),
     ("groups",): ("controlplane.cli.groups", "list or describe groups (kafka-consumer-groups)"),
     ("quotas",): ("controlplane.cli.quotas", "describe a principal's quota (kafka-configs)"),

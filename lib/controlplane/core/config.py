@@ -106,7 +106,9 @@ def _int(key: str, value: object, *, nullable: bool, minimum: int) -> int | None
 def _quota_entry(index: int, raw: object) -> QuotaEntry:
     where = f"quotas[{index}]"
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with user/client_id/controller_mutation_rate")
+        raise ConfigError(
+            f"{where}: expected a mapping with user/client_id/controller_mutation_rate"
+        )
     unknown = set(raw) - {"user", "client_id", "controller_mutation_rate"}
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")
@@ -114,7 +116,7 @@ def _quota_entry(index: int, raw: object) -> QuotaEntry:
     for key in ("user", "client_id"):
         value = raw.get(key)
         if value is not None and not isinstance(value, str):
-            raise ConfigError(f"{where}.{key}: expected a string or \"<default>\", got {value!r}")
+            raise ConfigError(f'{where}.{key}: expected a string or "<default>", got {value!r}')
         names[key] = value
     if names["user"] is None and names["client_id"] is None:
         raise ConfigError(f"{where}: needs a user, a client_id, or both")
@@ -171,7 +173,9 @@ def _quota(raw: Mapping[str, Any]) -> QuotaConfig:
     for entry in entries:
         ident = (entry.user, entry.client_id)
         if ident in seen:
-            raise ConfigError(f"quotas: duplicate entry for user={entry.user} client_id={entry.client_id}")
+            raise ConfigError(
+                f"quotas: duplicate entry for user={entry.user} client_id={entry.client_id}"
+            )
         seen.add(ident)
     return QuotaConfig(quotas=entries, **values)
 

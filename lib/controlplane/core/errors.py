@@ -1,4 +1,4 @@
-"""Kafka's error codes and names (clients/.../common/protocol/Errors.java), as the wire carries them."""
+"""Kafka's error codes and names (clients/.../protocol/Errors.java), as the wire carries them."""
 
 from __future__ import annotations
 

@@ -1,1 +1,4 @@
-"""Kafka's classic group coordinator (JoinGroup/SyncGroup/Heartbeat/LeaveGroup, offsets) as a pure state machine."""
+"""Kafka's classic group coordinator as a pure state machine.
+
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit/Fetch, DescribeGroup, DeleteGroup.
+"""
