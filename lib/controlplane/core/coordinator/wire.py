@@ -1,0 +1,503 @@
+"""The coordinator's wire parser: one JSON object (events.md §1) into a ``Request``.
+
+A field that is missing, of the wrong JSON type, out of range, or not valid base64 makes the
+whole event an :class:`InvalidEvent`, which the runner answers with an INVALID_REQUEST (42)
+decision whose ``error_message`` names the field (``protocols[1].metadata``) and, when the
+event came from a file, the line (``events.jsonl:12: ...``). Rules:
+
+* JSON types are strict: a boolean is not an integer, ``1.0`` and ``"1"`` are not integers.
+  ``int`` fields hold a signed 32-bit value, ``long`` fields a signed 64-bit value.
+* ``null`` and an absent field are the same; ``member_id`` defaults to ``""``.
+* A field that §1 does not name is refused (``unknown field``), so a typo such as
+  ``group_instance`` cannot silently turn a static member into a dynamic one. Fields whose
+  name starts with ``_`` are annotations and are ignored. A known field that the event's type
+  does not use is type-checked and otherwise ignored.
+* Values the coordinator itself judges are passed through, as Kafka does: an empty
+  ``group_id`` (INVALID_GROUP_ID), an out-of-range ``session_timeout_ms``, negative ones
+  included (INVALID_SESSION_TIMEOUT), an empty ``protocols`` list (INCONSISTENT_GROUP_PROTOCOL).
+  Values no Kafka client can send are refused: a negative ``event_time_ms``,
+  ``rebalance_timeout_ms`` or ``timeout_ms``; an empty ``event_id`` or ``group_instance_id``
+  (Kafka refuses an empty instance id); a ``request_version`` outside the API's versions; an
+  empty ``members`` list on a leave (Kafka's client refuses to build one).
+"""
+
+from __future__ import annotations
+
+import binascii
+from base64 import b64decode
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from controlplane.core.coordinator.records import Decision
+from controlplane.core.coordinator.requests import (
+    Assignment,
+    DeleteGroup,
+    DescribeGroup,
+    Header,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    LeaveIdentity,
+    OffsetCommit,
+    OffsetEntry,
+    OffsetFetch,
+    Protocol,
+    Request,
+    RequestType,
+    SyncGroup,
+    Tick,
+    TopicPartitions,
+)
+from controlplane.core.errors import Errors
+from controlplane.core.runtime import TimedEvent
+
+T = TypeVar("T")
+
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+KNOWN_FIELDS: Final = frozenset(
+    {
+        "event_id",
+        "event_time_ms",
+        "type",
+        "group_id",
+        "member_id",
+        "group_instance_id",
+        "client_id",
+        "client_host",
+        "request_version",
+        "session_timeout_ms",
+        "rebalance_timeout_ms",
+        "protocol_type",
+        "protocols",
+        "protocol_name",
+        "generation_id",
+        "assignments",
+        "members",
+        "offsets",
+        "topics",
+        "reason",
+        "timeout_ms",
+        "arrival_time_ms",
+    }
+)
+
+# The newest version of each Kafka API this coordinator speaks (Kafka 4.0); 0 is the oldest.
+MAX_VERSION: Final[Mapping[RequestType, int]] = {
+    RequestType.JOIN: 9,
+    RequestType.SYNC: 5,
+    RequestType.HEARTBEAT: 4,
+    RequestType.LEAVE: 5,
+    RequestType.OFFSET_COMMIT: 9,
+    RequestType.OFFSET_FETCH: 9,
+    RequestType.DESCRIBE: 6,
+    RequestType.DELETE_GROUP: 2,
+    RequestType.TICK: INT32_MAX,
+}
+
+
+class WireError(ValueError):
+    """A field that cannot be read; ``field`` is its path in the event."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidEvent:
+    """An event that is not a valid request, with what could be read of it for the answer."""
+
+    event_id: str | None
+    group_id: str | None
+    type: str | None
+    member_id: str
+    group_instance_id: str | None
+    event_time_ms: int | None
+    message: str
+
+    def decision(self, decided_at_ms: int) -> Decision:
+        """The INVALID_REQUEST row that answers this event."""
+        return Decision(
+            event_id=self.event_id,
+            group_id=self.group_id,
+            type=self.type,
+            member_id=self.member_id,
+            group_instance_id=self.group_instance_id,
+            error=Errors.INVALID_REQUEST,
+            error_message=self.message,
+            event_time_ms=self.event_time_ms,
+            decided_at_ms=decided_at_ms,
+            generation_id=-1,
+        )
+
+
+def parse_event(timed: TimedEvent) -> Request | InvalidEvent:
+    """Parse one wire event; never raises."""
+    prefix = f"{timed.line}: " if timed.line else ""
+    if timed.error is not None:
+        return _invalid({}, f"{prefix}{timed.error}")
+    try:
+        return parse_request(timed.event)
+    except WireError as exc:
+        return _invalid(timed.event, f"{prefix}{exc}")
+
+
+def parse_request(raw: Mapping[str, Any]) -> Request:
+    """Parse one wire object; raises WireError naming the first bad field."""
+    if not isinstance(raw, Mapping):
+        raise WireError("event", "not a JSON object")
+    for name in raw:
+        if not isinstance(name, str) or (name not in KNOWN_FIELDS and not name.startswith("_")):
+            raise WireError(str(name), "unknown field")
+    request_type = _request_type(raw)
+    header = _header(raw, request_type)
+    _check_unused_fields(raw, request_type)
+    return _BUILDERS[request_type](raw, header)
+
+
+def _invalid(raw: Mapping[str, Any], message: str) -> InvalidEvent:
+    def text(name: str) -> str | None:
+        value = raw.get(name)
+        return value if isinstance(value, str) else None
+
+    time_ms = raw.get("event_time_ms")
+    return InvalidEvent(
+        event_id=text("event_id"),
+        group_id=text("group_id"),
+        type=text("type"),
+        member_id=text("member_id") or "",
+        group_instance_id=text("group_instance_id"),
+        event_time_ms=time_ms if _is_int(time_ms) else None,
+        message=message,
+    )
+
+
+# --- leaves: one JSON value each -------------------------------------------------------------
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _string(obj: Mapping[str, Any], name: str, path: str) -> str | None:
+    value = obj.get(name)
+    if value is not None and not isinstance(value, str):
+        raise WireError(path, f"expected a string, got {_kind(value)}")
+    return value
+
+
+def _integer(
+    obj: Mapping[str, Any],
+    name: str,
+    path: str,
+    *,
+    bits: int = 32,
+    minimum: int | None = None,
+) -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    word = "an int" if bits == 32 else "a long"
+    if not _is_int(value):
+        raise WireError(path, f"expected {word}, got {_kind(value)}")
+    low, high = (INT32_MIN, INT32_MAX) if bits == 32 else (INT64_MIN, INT64_MAX)
+    if not low <= value <= high:
+        raise WireError(path, f"out of range for {word}: {value}")
+    if minimum is not None and value < minimum:
+        raise WireError(path, f"must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _base64(obj: Mapping[str, Any], name: str, path: str) -> str:
+    value = _text(obj, name, path)
+    try:
+        b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise WireError(path, f"not valid base64 ({exc})") from None
+    return value
+
+
+def _array(
+    obj: Mapping[str, Any],
+    name: str,
+    path: str,
+    item: Callable[[Any, str], T],
+) -> tuple[T, ...] | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise WireError(path, f"expected an array, got {_kind(value)}")
+    return tuple(item(entry, f"{path}[{index}]") for index, entry in enumerate(value))
+
+
+def _object(value: Any, path: str, fields: frozenset[str]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise WireError(path, f"expected an object, got {_kind(value)}")
+    for name in value:
+        if name not in fields:
+            raise WireError(f"{path}.{name}", "unknown field")
+    return value
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value[:40]!r})"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _need(value: T | None, path: str) -> T:
+    if value is None:
+        raise WireError(path, "required")
+    return value
+
+
+def _text(obj: Mapping[str, Any], name: str, path: str) -> str:
+    return _need(_string(obj, name, path), path)
+
+
+def _int(obj: Mapping[str, Any], name: str, path: str, *, bits: int = 32) -> int:
+    return _need(_integer(obj, name, path, bits=bits), path)
+
+
+# --- nested entries --------------------------------------------------------------------------
+
+_PROTOCOL_FIELDS: Final = frozenset({"name", "metadata"})
+_ASSIGNMENT_FIELDS: Final = frozenset({"member_id", "assignment"})
+_LEAVE_FIELDS: Final = frozenset({"member_id", "group_instance_id", "reason"})
+_OFFSET_FIELDS: Final = frozenset({"topic", "partition", "offset", "metadata"})
+_TOPIC_FIELDS: Final = frozenset({"topic", "partitions"})
+
+
+def _protocol(value: Any, path: str) -> Protocol:
+    entry = _object(value, path, _PROTOCOL_FIELDS)
+    name = _text(entry, "name", f"{path}.name")
+    return Protocol(name=name, metadata=_base64(entry, "metadata", f"{path}.metadata"))
+
+
+def _assignment(value: Any, path: str) -> Assignment:
+    entry = _object(value, path, _ASSIGNMENT_FIELDS)
+    member_id = _text(entry, "member_id", f"{path}.member_id")
+    return Assignment(member_id, _base64(entry, "assignment", f"{path}.assignment"))
+
+
+def _leave_identity(value: Any, path: str) -> LeaveIdentity:
+    entry = _object(value, path, _LEAVE_FIELDS)
+    return LeaveIdentity(
+        member_id=_string(entry, "member_id", f"{path}.member_id") or "",
+        group_instance_id=_instance_id(entry, f"{path}.group_instance_id"),
+        reason=_string(entry, "reason", f"{path}.reason"),
+    )
+
+
+def _offset(value: Any, path: str) -> OffsetEntry:
+    entry = _object(value, path, _OFFSET_FIELDS)
+    topic = _text(entry, "topic", f"{path}.topic")
+    partition = _int(entry, "partition", f"{path}.partition")
+    offset = _int(entry, "offset", f"{path}.offset", bits=64)
+    return OffsetEntry(topic, partition, offset, _string(entry, "metadata", f"{path}.metadata"))
+
+
+def _partition(value: Any, path: str) -> int:
+    if not _is_int(value):
+        raise WireError(path, f"expected an int, got {_kind(value)}")
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise WireError(path, f"out of range for an int: {value}")
+    return int(value)
+
+
+def _topic(value: Any, path: str) -> TopicPartitions:
+    entry = _object(value, path, _TOPIC_FIELDS)
+    topic = _text(entry, "topic", f"{path}.topic")
+    partitions = _need(_array(entry, "partitions", f"{path}.partitions", _partition), path)
+    return TopicPartitions(topic, partitions)
+
+
+def _instance_id(obj: Mapping[str, Any], path: str) -> str | None:
+    value = _string(obj, path.rsplit(".", 1)[-1], path)
+    if value == "":
+        raise WireError(path, "must not be empty (null means a dynamic member)")
+    return value
+
+
+# --- the header and the requests -------------------------------------------------------------
+
+
+def _request_type(raw: Mapping[str, Any]) -> RequestType:
+    name = _text(raw, "type", "type")
+    try:
+        return RequestType(name)
+    except ValueError:
+        known = ", ".join(member.value for member in RequestType)
+        raise WireError(
+            "type", f"unknown request type {name!r} (expected one of {known})"
+        ) from None
+
+
+def _header(raw: Mapping[str, Any], request_type: RequestType) -> Header:
+    event_id = _text(raw, "event_id", "event_id")
+    if event_id == "":
+        raise WireError("event_id", "must not be empty")
+    event_time_ms = _int(raw, "event_time_ms", "event_time_ms", bits=64)
+    if event_time_ms < 0:
+        raise WireError("event_time_ms", f"must be >= 0, got {event_time_ms}")
+    group_id = _string(raw, "group_id", "group_id")
+    if group_id is None and request_type != RequestType.TICK:
+        raise WireError("group_id", "required")
+    member_id = _string(raw, "member_id", "member_id")
+    if member_id is None and request_type in (RequestType.SYNC, RequestType.HEARTBEAT):
+        raise WireError("member_id", "required")
+    version = _integer(raw, "request_version", "request_version", minimum=0)
+    newest = MAX_VERSION[request_type]
+    if version is not None and version > newest:
+        raise WireError(
+            "request_version", f"{request_type.value} supports 0..{newest}, got {version}"
+        )
+    return Header(
+        event_id=event_id,
+        event_time_ms=event_time_ms,
+        group_id=group_id,
+        member_id=member_id or "",
+        group_instance_id=_instance_id(raw, "group_instance_id"),
+        request_version=version,
+        reason=_string(raw, "reason", "reason"),
+        timeout_ms=_integer(raw, "timeout_ms", "timeout_ms", minimum=0),
+        arrival_time_ms=_integer(raw, "arrival_time_ms", "arrival_time_ms", bits=64, minimum=0),
+    )
+
+
+_OPTIONAL_CHECKS: Final[Mapping[str, Callable[[Mapping[str, Any]], object]]] = {
+    "client_id": lambda raw: _string(raw, "client_id", "client_id"),
+    "client_host": lambda raw: _string(raw, "client_host", "client_host"),
+    "protocol_type": lambda raw: _string(raw, "protocol_type", "protocol_type"),
+    "protocol_name": lambda raw: _string(raw, "protocol_name", "protocol_name"),
+    "session_timeout_ms": lambda raw: _integer(raw, "session_timeout_ms", "session_timeout_ms"),
+    "rebalance_timeout_ms": lambda raw: _rebalance_timeout(raw),
+    "generation_id": lambda raw: _integer(raw, "generation_id", "generation_id"),
+    "protocols": lambda raw: _array(raw, "protocols", "protocols", _protocol),
+    "assignments": lambda raw: _array(raw, "assignments", "assignments", _assignment),
+    "members": lambda raw: _array(raw, "members", "members", _leave_identity),
+    "offsets": lambda raw: _array(raw, "offsets", "offsets", _offset),
+    "topics": lambda raw: _array(raw, "topics", "topics", _topic),
+}
+
+# The fields each type's builder reads itself; every other present field is only type-checked.
+_USED: Final[Mapping[RequestType, frozenset[str]]] = {
+    RequestType.JOIN: frozenset(
+        {
+            "session_timeout_ms",
+            "rebalance_timeout_ms",
+            "protocol_type",
+            "protocols",
+            "client_id",
+            "client_host",
+        }
+    ),
+    RequestType.SYNC: frozenset({"generation_id", "protocol_type", "protocol_name", "assignments"}),
+    RequestType.HEARTBEAT: frozenset({"generation_id"}),
+    RequestType.LEAVE: frozenset({"members"}),
+    RequestType.OFFSET_COMMIT: frozenset({"generation_id", "offsets"}),
+    RequestType.OFFSET_FETCH: frozenset({"topics"}),
+}
+
+
+def _check_unused_fields(raw: Mapping[str, Any], request_type: RequestType) -> None:
+    """Type-check the present fields this type does not read, so no bad value passes unseen."""
+    used = _USED.get(request_type, frozenset())
+    for name, check in _OPTIONAL_CHECKS.items():
+        if name not in used and raw.get(name) is not None:
+            check(raw)
+
+
+def _rebalance_timeout(raw: Mapping[str, Any]) -> int | None:
+    return _integer(raw, "rebalance_timeout_ms", "rebalance_timeout_ms", minimum=0)
+
+
+def _generation(raw: Mapping[str, Any]) -> int:
+    return _int(raw, "generation_id", "generation_id")
+
+
+def _join(raw: Mapping[str, Any], header: Header) -> JoinGroup:
+    session = _int(raw, "session_timeout_ms", "session_timeout_ms")
+    protocol_type = _text(raw, "protocol_type", "protocol_type")
+    protocols = _need(_array(raw, "protocols", "protocols", _protocol), "protocols")
+    return JoinGroup(
+        header=header,
+        session_timeout_ms=session,
+        rebalance_timeout_ms=_rebalance_timeout(raw),
+        protocol_type=protocol_type,
+        protocols=protocols,
+        client_id=_string(raw, "client_id", "client_id") or "",
+        client_host=_string(raw, "client_host", "client_host") or "",
+    )
+
+
+def _sync(raw: Mapping[str, Any], header: Header) -> SyncGroup:
+    return SyncGroup(
+        header=header,
+        generation_id=_generation(raw),
+        protocol_type=_string(raw, "protocol_type", "protocol_type"),
+        protocol_name=_string(raw, "protocol_name", "protocol_name"),
+        assignments=_array(raw, "assignments", "assignments", _assignment) or (),
+    )
+
+
+def _heartbeat(raw: Mapping[str, Any], header: Header) -> Heartbeat:
+    return Heartbeat(header=header, generation_id=_generation(raw))
+
+
+def _leave(raw: Mapping[str, Any], header: Header) -> LeaveGroup:
+    members = _array(raw, "members", "members", _leave_identity)
+    if members == ():
+        raise WireError("members", "must name at least one member (or be left out)")
+    return LeaveGroup(header=header, members=members)
+
+
+def _offset_commit(raw: Mapping[str, Any], header: Header) -> OffsetCommit:
+    offsets = _need(_array(raw, "offsets", "offsets", _offset), "offsets")
+    return OffsetCommit(header=header, generation_id=_generation(raw), offsets=offsets)
+
+
+def _offset_fetch(raw: Mapping[str, Any], header: Header) -> OffsetFetch:
+    return OffsetFetch(header=header, topics=_array(raw, "topics", "topics", _topic))
+
+
+def _describe(raw: Mapping[str, Any], header: Header) -> DescribeGroup:
+    return DescribeGroup(header=header)
+
+
+def _delete(raw: Mapping[str, Any], header: Header) -> DeleteGroup:
+    return DeleteGroup(header=header)
+
+
+def _tick(raw: Mapping[str, Any], header: Header) -> Tick:
+    return Tick(header=header)
+
+
+_BUILDERS: Final[Mapping[RequestType, Callable[[Mapping[str, Any], Header], Request]]] = {
+    RequestType.JOIN: _join,
+    RequestType.SYNC: _sync,
+    RequestType.HEARTBEAT: _heartbeat,
+    RequestType.LEAVE: _leave,
+    RequestType.OFFSET_COMMIT: _offset_commit,
+    RequestType.OFFSET_FETCH: _offset_fetch,
+    RequestType.DESCRIBE: _describe,
+    RequestType.DELETE_GROUP: _delete,
+    RequestType.TICK: _tick,
+}
