@@ -1,0 +1,75 @@
+"""The local SparkSession: RocksDB state store with changelog checkpointing, UI off.
+
+Settings that the checkpoint freezes (state store provider, number of state partitions) are
+chosen here once; changing them needs a new checkpoint (docs/engine.md, "State store").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+STATE_CONF: dict[str, str] = {
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # Rows in a key are handed to the function in Arrow chunks; keep them large.
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
+    "spark.python.worker.faulthandler.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def build_local_session(
+    app_name: str = "controlplane",
+    *,
+    shuffle_partitions: int = 4,
+    master: str = "local[2]",
+    extra_conf: dict[str, str] | None = None,
+) -> Any:
+    """A local session for jobs, tests and benchmarks. Workers use this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    )
+    for key, value in {**STATE_CONF, **(extra_conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    log.info("spark session %s started (%s)", spark.version, master)
+    return spark
+
+
+def apply_state_conf(spark: Any, shuffle_partitions: int) -> None:
+    """On a cluster session (Databricks) set the state store settings before a query starts."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for key, value in STATE_CONF.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception as exc:  # a managed runtime may refuse a static conf
+            log.warning("could not set %s: %s", key, exc)
+
+
+def has_native_delta(spark: Any) -> bool:
+    """True when the session can write format("delta") (Databricks, or delta-spark jars)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,1 @@
+"""Sources (landing directory, Kafka, Delta) and Delta sinks of the streaming engine."""

@@ -1,0 +1,116 @@
+"""Test doubles for the engine: a tiny Runner with a timer, and a GroupState that validates
+calls the way Spark's Python GroupState does (spark-stateful.md §1.4-1.5)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from controlplane.core.runtime import RunResult, TimedEvent
+
+
+class CountingRunner:
+    """Counts a key's events; each event arms a timer ``timeout_ms`` after it; ``forget``
+    drops the key. Rows: ``counts`` per event, ``fired`` per timer (at its deadline)."""
+
+    def run(
+        self, state: bytes | None, events: Sequence[TimedEvent], tick_ms: int | None
+    ) -> RunResult:
+        data = json.loads(state) if state else {"count": 0, "deadline": None, "clock": 0}
+        counts: list[dict[str, Any]] = []
+        fired: list[dict[str, Any]] = []
+        for timed in events:
+            self._fire(data, timed.time_ms or data["clock"], fired)
+            data["clock"] = max(data["clock"], timed.time_ms or 0)
+            if timed.event.get("type") == "forget":
+                return RunResult(None, {"counts": counts, "fired": fired}, None)
+            data["count"] += 1
+            counts.append(
+                {"event_id": timed.event.get("event_id"), "n": data["count"], "at": data["clock"]}
+            )
+            data["deadline"] = data["clock"] + int(timed.event.get("timeout_ms", 1000))
+        if tick_ms is not None:
+            self._fire(data, tick_ms, fired)
+            data["clock"] = max(data["clock"], tick_ms)
+        encoded = json.dumps(data).encode()
+        return RunResult(encoded, {"counts": counts, "fired": fired}, data["deadline"])
+
+    @staticmethod
+    def _fire(data: dict[str, Any], now_ms: int, fired: list[dict[str, Any]]) -> None:
+        if data["deadline"] is not None and data["deadline"] <= now_ms:
+            fired.append({"at": data["deadline"], "count": data["count"]})
+            data["deadline"] = None
+
+
+class FakeGroupState:
+    """Spark's GroupState as seen from Python, with its checks."""
+
+    def __init__(
+        self,
+        *,
+        timeout: str = "ProcessingTimeTimeout",
+        batch_time_ms: int = 0,
+        watermark_ms: int | None = None,
+        value: tuple[Any, ...] | None = None,
+        timed_out: bool = False,
+    ) -> None:
+        self.timeout = timeout
+        self.batch_time_ms = batch_time_ms
+        self.watermark_ms = watermark_ms
+        self.value = value
+        self.hasTimedOut = timed_out
+        self.removed = False
+        self.updated = False
+        self.timeout_timestamp: int | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.value is not None
+
+    @property
+    def get(self) -> tuple[Any, ...]:
+        if self.value is None:
+            raise ValueError("STATE_NOT_EXISTS")
+        return self.value
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        if value is None:
+            raise ValueError("CANNOT_BE_NONE")
+        self.value, self.updated, self.removed = tuple(value), True, False
+        self.timeout_timestamp = None  # update() alone clears the timeout
+
+    def remove(self) -> None:
+        self.value, self.removed = None, True
+        self.timeout_timestamp = None
+
+    def setTimeoutDuration(self, duration_ms: int) -> None:
+        if self.timeout != "ProcessingTimeTimeout":
+            raise RuntimeError("CANNOT_WITHOUT ProcessingTimeTimeout")
+        if not isinstance(duration_ms, int) or duration_ms <= 0:
+            raise ValueError(f"timeout duration must be a positive int, got {duration_ms!r}")
+        self.timeout_timestamp = self.batch_time_ms + duration_ms
+
+    def setTimeoutTimestamp(self, timestamp_ms: int) -> None:
+        if self.timeout != "EventTimeTimeout":
+            raise RuntimeError("CANNOT_WITHOUT EventTimeTimeout")
+        if self.watermark_ms is not None and timestamp_ms < self.watermark_ms:
+            raise ValueError("INVALID_TIMEOUT_TIMESTAMP")
+        self.timeout_timestamp = timestamp_ms
+
+    def getCurrentProcessingTimeMs(self) -> int:
+        return self.batch_time_ms
+
+    def getCurrentWatermarkMs(self) -> int:
+        if self.watermark_ms is None:
+            raise RuntimeError("CANNOT_WITHOUT watermark")
+        return self.watermark_ms
+
+    def next_call(self, batch_time_ms: int, *, watermark_ms: int | None = None) -> FakeGroupState:
+        """The same key in a later batch (what the state store would hand back)."""
+        return FakeGroupState(
+            timeout=self.timeout,
+            batch_time_ms=batch_time_ms,
+            watermark_ms=watermark_ms,
+            value=self.value,
+        )

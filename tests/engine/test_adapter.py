@@ -1,0 +1,184 @@
+"""The GroupState adapter, without a JVM: a FakeGroupState that checks calls like Spark."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from controlplane.engine.adapter import METRICS_TABLE, STATE_VERSION, StateFunction
+from controlplane.engine.options import TimeMode
+from engine.fakes import CountingRunner, FakeGroupState
+
+
+def frame(*rows: dict[str, Any]) -> pd.DataFrame:
+    base = {"key": "k", "source": "f.jsonl", "arrival_time_ms": 0, "seq": 0, "principal": None}
+    return pd.DataFrame([{**base, **row} for row in rows])
+
+
+def line(event_id: str, **fields: Any) -> str:
+    return json.dumps({"event_id": event_id, "type": "count", **fields})
+
+
+def tables(envelopes: list[tuple[str, str]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for table, row in envelopes:
+        out.setdefault(table, []).append(json.loads(row))
+    return out
+
+
+def function(mode: TimeMode = TimeMode.PROCESSING_TIME) -> StateFunction:
+    return StateFunction(CountingRunner, mode)
+
+
+def test_rows_are_handled_in_source_order_not_frame_order() -> None:
+    state = FakeGroupState(batch_time_ms=10_000)
+    frames = [
+        frame({"raw": line("c"), "seq": 3, "arrival_time_ms": 900}),
+        frame(
+            {"raw": line("a"), "seq": 1, "arrival_time_ms": 500},
+            {"raw": line("b"), "seq": 2, "arrival_time_ms": 900},
+        ),
+    ]
+    out = tables(function().call(iter(frames), state))
+    assert [row["event_id"] for row in out["counts"]] == ["a", "b", "c"]
+    assert [row["at"] for row in out["counts"]] == [500, 900, 900]
+
+
+def test_arrival_time_is_clamped_to_the_batch_time() -> None:
+    state = FakeGroupState(batch_time_ms=1_000)
+    out = tables(
+        function().call(iter([frame({"raw": line("a"), "arrival_time_ms": 5_000})]), state)
+    )
+    assert out["counts"][0]["at"] == 1_000
+
+
+def test_timeout_is_the_earliest_deadline_relative_to_the_batch() -> None:
+    state = FakeGroupState(batch_time_ms=10_000)
+    function().call(
+        iter([frame({"raw": line("a", timeout_ms=3000), "arrival_time_ms": 9_000})]), state
+    )
+    assert state.value is not None
+    assert state.value[0] == STATE_VERSION
+    assert state.value[1] == 12_000  # stored deadline
+    assert state.timeout_timestamp == 12_000  # batch 10_000 + duration 2_000
+
+
+def test_data_after_a_missed_deadline_fires_the_timer_before_the_data() -> None:
+    first = FakeGroupState(batch_time_ms=10_000)
+    function().call(
+        iter([frame({"raw": line("a", timeout_ms=1000), "arrival_time_ms": 10_000})]), first
+    )
+    later = first.next_call(20_000)  # not flagged as timed out: it carries data
+    out = function().call(
+        iter([frame({"raw": line("b", timeout_ms=5000), "arrival_time_ms": 19_000})]), later
+    )
+    figures = tables(out)
+    assert figures["fired"] == [{"at": 11_000, "count": 1}]
+    assert figures[METRICS_TABLE] == [
+        {"events": 1, "rejected": 0, "timers_fired": 1, "max_timer_lateness_ms": 9_000}
+    ]
+    assert figures["counts"] == [{"event_id": "b", "n": 2, "at": 19_000}]
+
+
+def test_timed_out_call_with_one_empty_frame_fires_and_clears_the_timeout() -> None:
+    first = FakeGroupState(batch_time_ms=0)
+    function().call(iter([frame({"raw": line("a", timeout_ms=1000)})]), first)
+    timed_out = first.next_call(1_500)
+    timed_out.hasTimedOut = True
+    empty = frame({"raw": "x"}).iloc[0:0]
+    out = tables(function().call(iter([empty]), timed_out))
+    assert out["fired"] == [{"at": 1_000, "count": 1}]
+    assert timed_out.updated
+    assert timed_out.timeout_timestamp is None
+
+
+def test_a_forgotten_key_is_removed() -> None:
+    state = FakeGroupState(batch_time_ms=0)
+    function().call(iter([frame({"raw": line("a")})]), state)
+    again = state.next_call(100)
+    function().call(iter([frame({"raw": line("b", type="forget")})]), again)
+    assert again.removed
+    assert not again.exists
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "not a JSON object: list"),
+        ('"text"', "not a JSON object: str"),
+        ("", "not JSON"),
+    ],
+)
+def test_unparseable_lines_become_rejected_rows_and_do_not_reach_the_core(
+    raw: str, reason: str
+) -> None:
+    state = FakeGroupState(batch_time_ms=0)
+    out = tables(
+        function().call(
+            iter([frame({"raw": raw, "source": "in.jsonl", "arrival_time_ms": 7})]), state
+        )
+    )
+    assert len(out["rejected_events"]) == 1
+    row = out["rejected_events"][0]
+    assert row["raw"] == raw
+    assert row["reason"].startswith(reason)
+    assert row["source"] == "in.jsonl"
+    assert row["arrival_time_ms"] == 7
+    assert "counts" not in out or out["counts"] == []
+
+
+def test_event_time_mode_uses_event_time_and_the_watermark() -> None:
+    state = FakeGroupState(timeout="EventTimeTimeout", batch_time_ms=999_999, watermark_ms=100)
+    out = tables(
+        function(TimeMode.EVENT_TIME).call(
+            iter([frame({"raw": line("a", event_time_ms=5_000, timeout_ms=1000)})]), state
+        )
+    )
+    assert out["counts"][0]["at"] == 5_000
+    assert state.timeout_timestamp == 6_000
+    later = state.next_call(999_999, watermark_ms=7_000)
+    later.hasTimedOut = True
+    fired = tables(function(TimeMode.EVENT_TIME).call(iter([]), later))
+    assert fired["fired"] == [{"at": 6_000, "count": 1}]
+
+
+def test_an_authenticated_principal_overrides_the_claimed_user() -> None:
+    seen: list[Any] = []
+
+    class Spy(CountingRunner):
+        def run(self, state: bytes | None, events: Any, tick_ms: int | None) -> Any:
+            seen.extend(events)
+            return super().run(state, events, tick_ms)
+
+    state = FakeGroupState(batch_time_ms=0)
+    raw = json.dumps({"event_id": "a", "user": "mallory"})
+    StateFunction(Spy, TimeMode.PROCESSING_TIME).call(
+        iter([frame({"raw": raw, "principal": "alice"})]), state
+    )
+    assert seen[0].event["user"] == "alice"
+
+
+def test_a_failing_core_keeps_the_state_and_rejects_the_events_with_the_reason() -> None:
+    class Broken:
+        def run(self, state: bytes | None, events: Any, tick_ms: int | None) -> Any:
+            raise RuntimeError("boom")
+
+    state = FakeGroupState(batch_time_ms=0, value=(STATE_VERSION, 500, b"old"))
+    out = tables(
+        StateFunction(Broken, TimeMode.PROCESSING_TIME).call(
+            iter([frame({"raw": line("a")})]), state
+        )
+    )
+    assert out["rejected_events"][0]["reason"] == "internal error: RuntimeError: boom"
+    assert state.value == (STATE_VERSION, 500, b"old")
+    assert state.timeout_timestamp == 500  # the old deadline still wakes the key
+
+
+def test_an_unknown_state_version_is_refused_clearly() -> None:
+    state = FakeGroupState(batch_time_ms=0, value=(99, -1, b""))
+    with pytest.raises(ValueError, match="state envelope version 99"):
+        function().call(iter([]), state)

@@ -1,0 +1,122 @@
+"""delta-rs sinks: exactly once per (app id, batch id), appends and the groups MERGE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from controlplane.io.sinks import DeltaRsWriter, to_arrow
+
+
+def decision(event_id: str, batch_id: int) -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "group_id": "g",
+        "type": "heartbeat",
+        "member_id": "m",
+        "error_code": 0,
+        "error": "NONE",
+        "offsets": [{"topic": "t", "partition": 0, "offset": 5, "metadata": None, "error_code": 0}],
+        "decided_at_ms": 10,
+        "batch_id": batch_id,
+        "processed_at_ms": 99,
+    }
+
+
+def group(
+    group_id: str, state: str, *, deleted: bool = False, generation: int = 1
+) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "group_state": state,
+        "generation_id": generation,
+        "members": [{"member_id": "m", "client_id": "c", "client_host": "h", "offline": False}],
+        "updated_at_ms": 5,
+        "deleted": deleted,
+        "batch_id": 0,
+        "processed_at_ms": 0,
+    }
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+
+
+def test_a_replayed_batch_is_skipped(tmp_path: Path) -> None:
+    writer = DeltaRsWriter(tmp_path, "app-1")
+    assert writer.write("decisions", [decision("a", 0)], 0)
+    assert writer.write("decisions", [decision("b", 1)], 1)
+    assert not writer.write("decisions", [decision("b", 1)], 1)  # replay after a crash
+    assert not writer.write("decisions", [decision("a", 0)], 0)
+    assert sorted(r["event_id"] for r in rows(tmp_path / "decisions")) == ["a", "b"]
+    assert writer.committed_version("decisions") == 1
+
+
+def test_another_app_id_is_not_deduplicated_against(tmp_path: Path) -> None:
+    DeltaRsWriter(tmp_path, "app-1").write("decisions", [decision("a", 0)], 0)
+    assert DeltaRsWriter(tmp_path, "app-2").write("decisions", [decision("a2", 0)], 0)
+    assert len(rows(tmp_path / "decisions")) == 2
+
+
+def test_nested_fields_round_trip_with_the_schema(tmp_path: Path) -> None:
+    DeltaRsWriter(tmp_path, "app").write("decisions", [decision("a", 0)], 0)
+    (row,) = rows(tmp_path / "decisions")
+    assert row["offsets"] == [
+        {"topic": "t", "partition": 0, "offset": 5, "metadata": None, "error_code": 0}
+    ]
+    assert row["leader_id"] is None
+
+
+def test_append_tables_are_append_only(tmp_path: Path) -> None:
+    DeltaRsWriter(tmp_path, "app").write("decisions", [decision("a", 0)], 0)
+    table = DeltaTable(str(tmp_path / "decisions"))
+    assert table.metadata().configuration.get("delta.appendOnly") == "true"
+    with pytest.raises(Exception, match=r"(?i)append"):
+        table.delete("event_id = 'a'")
+
+
+def test_groups_merge_inserts_updates_and_deletes(tmp_path: Path) -> None:
+    writer = DeltaRsWriter(tmp_path, "app")
+    writer.write("groups", [group("g1", "Stable"), group("g2", "Empty")], 0)
+    writer.write(
+        "groups",
+        [
+            group("g1", "PreparingRebalance", generation=2),
+            group("g2", "Dead", deleted=True),
+            group("g3", "Empty"),
+        ],
+        1,
+    )
+    assert not writer.write("groups", [group("g1", "Dead", deleted=True)], 1)  # replay
+    got = {r["group_id"]: (r["group_state"], r["generation_id"]) for r in rows(tmp_path / "groups")}
+    assert got == {"g1": ("PreparingRebalance", 2), "g3": ("Empty", 1)}
+
+
+def test_the_last_row_of_a_group_in_a_batch_wins(tmp_path: Path) -> None:
+    writer = DeltaRsWriter(tmp_path, "app")
+    writer.write("groups", [group("g", "Empty"), group("g", "Stable", generation=3)], 0)
+    assert [(r["group_state"], r["generation_id"]) for r in rows(tmp_path / "groups")] == [
+        ("Stable", 3)
+    ]
+
+
+def test_a_deleted_group_never_seen_is_not_inserted(tmp_path: Path) -> None:
+    writer = DeltaRsWriter(tmp_path, "app")
+    writer.write("groups", [group("a", "Empty")], 0)
+    writer.write("groups", [group("b", "Dead", deleted=True)], 1)
+    assert [r["group_id"] for r in rows(tmp_path / "groups")] == ["a"]
+
+
+def test_empty_batches_commit_nothing(tmp_path: Path) -> None:
+    assert not DeltaRsWriter(tmp_path, "app").write("decisions", [], 0)
+    assert not (tmp_path / "decisions").exists()
+
+
+def test_ints_widen_to_double_columns() -> None:
+    table = to_arrow(
+        "quota_decisions", [{"event_id": "e", "rate_per_s": 10, "throttle_time_ms": 0}]
+    )
+    assert table.column("rate_per_s").to_pylist() == [10.0]
