@@ -161,7 +161,10 @@ def parse_request(raw: Mapping[str, Any]) -> Request:
     return _BUILDERS[request_type](raw, header)
 
 
-def _invalid(raw: Mapping[str, Any], message: str) -> InvalidEvent:
+def _invalid(raw: object, message: str) -> InvalidEvent:
+    if not isinstance(raw, Mapping):
+        raw = {}
+
     def text(name: str) -> str | None:
         value = raw.get(name)
         return value if isinstance(value, str) else None
@@ -325,7 +328,8 @@ def _partition(value: Any, path: str) -> int:
 def _topic(value: Any, path: str) -> TopicPartitions:
     entry = _object(value, path, _TOPIC_FIELDS)
     topic = _text(entry, "topic", f"{path}.topic")
-    partitions = _need(_array(entry, "partitions", f"{path}.partitions", _partition), path)
+    partitions_path = f"{path}.partitions"
+    partitions = _need(_array(entry, "partitions", partitions_path, _partition), partitions_path)
     return TopicPartitions(topic, partitions)
 
 
