@@ -1,0 +1,105 @@
+"""Kafka's ``TokenBucket`` stat (KIP-599) as pure functions on IEEE doubles.
+
+Every operation is written in the order Kafka evaluates it (mutation-quota.md §1), so results
+match bit for bit, including at the boundaries where floating point makes the outcome depend on
+how many touches happened (§1.7):
+
+* burst  ``B = (S * (W * 1000 / 1000.0)) * Q``;
+* refill ``tokens = min(B, tokens + Q * ((now_ms - last_update_ms) / 1000.0))``;
+* record ``tokens = min(B, tokens - value)`` after a refill;
+* throttle ``jround(-tokens / Q * 1000)`` with Java's ``Math.round`` (ties towards +infinity).
+
+A new bucket holds ``tokens = 0`` and ``last_update_ms = 0`` (the Unix epoch), so its first touch
+at a real epoch time fills it to the burst: a bucket is full on first use.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+# Kafka answers "no quota" with Long.MAX_VALUE as a double (ClientQuotaManager.scala:324-326).
+UNLIMITED_RATE_PER_S: Final = float(2**63 - 1)
+LONG_MAX: Final = 2**63 - 1
+LONG_MIN: Final = -(2**63)
+INT32_MAX: Final = 2**31 - 1
+# Sensor.hasExpired(): now - lastRecordTime > InactiveSensorExpirationTimeSeconds * 1000.
+INACTIVE_EXPIRATION_MS: Final = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One quota key's token bucket and the sensor facts kept beside it.
+
+    ``last_update_ms`` is the bucket's clock (every touch refills and moves it to now);
+    ``last_record_ms`` is the sensor's last recorded mutation (idle expiry, §4.5);
+    ``recent_event_ids`` are the ids of the key's last requests (idempotence window).
+    """
+
+    tokens: float
+    last_update_ms: int
+    last_record_ms: int
+    recent_event_ids: tuple[str, ...] = ()
+
+    @property
+    def clock_ms(self) -> int:
+        """The key's clock: its last touch, or its creation for a bucket never touched."""
+        return max(self.last_update_ms, self.last_record_ms)
+
+    @property
+    def expires_at_ms(self) -> int:
+        """The first millisecond at which the sensor counts as expired (strictly > 1 h idle)."""
+        return self.last_record_ms + INACTIVE_EXPIRATION_MS + 1
+
+
+def new_bucket(created_at_ms: int) -> Bucket:
+    """A fresh sensor: empty bucket at the epoch, so the first touch fills it."""
+    return Bucket(tokens=0.0, last_update_ms=0, last_record_ms=created_at_ms)
+
+
+def burst_of(samples: int, window_size_seconds: int, rate_per_s: float) -> float:
+    """``samples * convert(timeWindowMs, SECONDS) * quota`` in Java's left-to-right order."""
+    time_window_ms = window_size_seconds * 1000
+    return (samples * (time_window_ms / 1000.0)) * rate_per_s
+
+
+def refill(
+    tokens: float, last_update_ms: int, now_ms: int, rate_per_s: float, burst: float
+) -> float:
+    """Tokens after refilling up to ``now_ms`` (may go down if time went back, as in Kafka)."""
+    return min(burst, tokens + rate_per_s * ((now_ms - last_update_ms) / 1000.0))
+
+
+def record(tokens: float, value: float, burst: float) -> float:
+    """Tokens after deducting ``value`` (no lower bound; a negative value cannot exceed B)."""
+    return min(burst, tokens - value)
+
+
+def java_round(value: float) -> int:
+    """Java's ``Math.round(double)``: nearest long, ties towards +infinity, clamped, NaN -> 0.
+
+    Exact for every double, including 0.49999999999999994 (-> 0), where ``floor(x + 0.5)``
+    would give 1. ``x - floor(x)`` is exact for doubles, so the comparison with 0.5 is too.
+    """
+    if math.isnan(value):
+        return 0
+    if math.isinf(value):
+        return LONG_MAX if value > 0 else LONG_MIN
+    whole = math.floor(value)
+    result = whole + 1 if value - whole >= 0.5 else whole
+    return max(LONG_MIN, min(LONG_MAX, result))
+
+
+def throttle_time_ms(tokens: float, rate_per_s: float) -> int:
+    """``ControllerMutationQuotaManager.throttleTimeMs``: ``Math.round(-value / bound * 1000)``."""
+    return java_round(-tokens / rate_per_s * 1000)
+
+
+def response_throttle_ms(last_throttle_ms: int, violation_at_ms: int, response_at_ms: int) -> int:
+    """§2.4: ``max(0, lastThrottle - (now - lastRecorded))`` as an int.
+
+    Kafka's ``.toInt`` would wrap a throttle beyond 2^31-1 ms (24.8 days); we clamp instead.
+    """
+    remaining = last_throttle_ms - (response_at_ms - violation_at_ms)
+    return max(0, min(INT32_MAX, remaining))

@@ -1,0 +1,103 @@
+"""A versioned, compact, exact encoding of a Spark key's buckets (one quota key, or a shard).
+
+Layout (big-endian), schema version 1::
+
+    b"QB" | version u8 | bucket count u32 |
+    per bucket: key (u32 length + UTF-8) | tokens f64 | last_update_ms i64 | last_record_ms i64 |
+                id count u16 | per id: u32 length + UTF-8
+
+Doubles are stored as their 8 IEEE bytes, so tokens round-trip bit for bit (negative zero
+included). Buckets are written in key order, so equal states give equal bytes. A version this
+code does not know is refused with ``StateCodecError`` rather than misread.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Final
+
+from controlplane.core.quota.bucket import Bucket
+
+MAGIC: Final = b"QB"
+SCHEMA_VERSION: Final = 1
+_HEADER: Final = struct.Struct(">2sBI")
+_BODY: Final = struct.Struct(">dqqH")
+_LENGTH: Final = struct.Struct(">I")
+
+
+class StateCodecError(ValueError):
+    """Encoded quota state that this version cannot read."""
+
+
+def _text(value: str) -> bytes:
+    data = value.encode("utf-8")
+    return _LENGTH.pack(len(data)) + data
+
+
+def encode(buckets: Mapping[str, Bucket]) -> bytes:
+    parts = [_HEADER.pack(MAGIC, SCHEMA_VERSION, len(buckets))]
+    for key in sorted(buckets):
+        bucket = buckets[key]
+        parts.append(_text(key))
+        ids = bucket.recent_event_ids
+        parts.append(
+            _BODY.pack(bucket.tokens, bucket.last_update_ms, bucket.last_record_ms, len(ids))
+        )
+        parts.extend(_text(event_id) for event_id in ids)
+    return b"".join(parts)
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.offset = 0
+
+    def take(self, layout: struct.Struct) -> tuple[object, ...]:
+        end = self.offset + layout.size
+        if end > len(self.data):
+            raise StateCodecError("quota state is truncated")
+        values = layout.unpack_from(self.data, self.offset)
+        self.offset = end
+        return values
+
+    def text(self) -> str:
+        (length,) = self.take(_LENGTH)
+        assert isinstance(length, int)
+        end = self.offset + length
+        if end > len(self.data):
+            raise StateCodecError("quota state is truncated")
+        try:
+            value = self.data[self.offset : end].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StateCodecError(f"quota state holds invalid UTF-8: {exc}") from exc
+        self.offset = end
+        return value
+
+
+def decode(data: bytes | None) -> dict[str, Bucket]:
+    if not data:
+        return {}
+    reader = _Reader(bytes(data))
+    magic, version, count = reader.take(_HEADER)
+    if magic != MAGIC:
+        raise StateCodecError("not a quota state (bad magic bytes)")
+    if version != SCHEMA_VERSION:
+        raise StateCodecError(
+            f"quota state schema version {version} is not supported (this code reads "
+            f"{SCHEMA_VERSION}); was it written by a newer release?"
+        )
+    assert isinstance(count, int)
+    buckets: dict[str, Bucket] = {}
+    for _ in range(count):
+        key = reader.text()
+        tokens, last_update_ms, last_record_ms, id_count = reader.take(_BODY)
+        assert isinstance(tokens, float)
+        assert isinstance(id_count, int)
+        assert isinstance(last_update_ms, int)
+        assert isinstance(last_record_ms, int)
+        ids = tuple(reader.text() for _ in range(id_count))
+        buckets[key] = Bucket(tokens, last_update_ms, last_record_ms, ids)
+    if reader.offset != len(reader.data):
+        raise StateCodecError("quota state has trailing bytes")
+    return buckets

@@ -1,0 +1,237 @@
+"""One mutation request against one quota key's bucket (mutation-quota.md §2-§4).
+
+``handle`` is the whole transition: ``(bucket, request, resolution, config, now) -> (bucket,
+decision, throttle event)``. It never reads a clock and never mutates its inputs.
+
+* Strict (§2.2): topic by topic, refill; tokens < 0 rejects the topic with
+  THROTTLING_QUOTA_EXCEEDED (nothing deducted, throttle from the tokens before it); otherwise the
+  whole topic is recorded, whatever its size.
+* Permissive (§2.3): every topic is recorded, then a negative balance sets the throttle.
+* The response throttle is the last violation's, less the time since (§2.4; zero here, as the
+  answer is built in the same millisecond). A strict request whose topics were all admitted
+  answers 0 even when it left the bucket negative.
+* Duplicate topic names are answered INVALID_REQUEST per topic and never charged (Kafka checks
+  them before the quota, §3). Validate-only requests are charged unless
+  ``controller.quota.validate.only.charged`` is false; then they touch nothing.
+* A repeated ``event_id`` among the key's last ``RECENT_EVENT_IDS_MAX`` charged requests is not
+  charged again and gets no second row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from controlplane.core.config import QuotaConfig
+from controlplane.core.errors import Errors
+from controlplane.core.quota.bucket import (
+    UNLIMITED_RATE_PER_S,
+    Bucket,
+    burst_of,
+    new_bucket,
+    response_throttle_ms,
+    throttle_time_ms,
+)
+from controlplane.core.quota.records import QuotaDecision, ThrottleEvent, TopicResult
+from controlplane.core.quota.requests import Mode, MutationRequest, TopicMutation, mode_of
+from controlplane.core.quota.resolution import Resolution
+
+RECENT_EVENT_IDS_MAX: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What one request did to a bucket's tokens."""
+
+    tokens: float  # after the request
+    admitted: tuple[bool, ...]  # per topic, in processing order
+    recorded: bool  # whether anything was recorded (keeps the sensor alive, §4.5)
+    throttle_time_ms: int  # the response's throttle_time_ms
+
+
+def admit_strict(
+    tokens: float,
+    last_update_ms: int,
+    partitions: Sequence[int],
+    rate_per_s: float,
+    burst: float,
+    now_ms: int,
+) -> Admission:
+    """``StrictControllerMutationQuota.record`` once per topic: checkQuotas, then record."""
+    admitted: list[bool] = []
+    recorded = False
+    last_throttle_ms = 0
+    violation_at_ms = 0
+    last = last_update_ms
+    for count in partitions:
+        # Sensor.checkQuotas -> TokenBucket.measure: refill, then tokens < 0 is a violation.
+        tokens = min(burst, tokens + rate_per_s * ((now_ms - last) / 1000.0))
+        last = now_ms
+        if tokens < 0:
+            admitted.append(False)
+            last_throttle_ms = throttle_time_ms(tokens, rate_per_s)
+            violation_at_ms = now_ms
+            continue
+        # Sensor.record(checkQuotas=false) -> TokenBucket.record: refill (no time passed), deduct.
+        tokens = min(burst, tokens + rate_per_s * 0.0)
+        tokens = min(burst, tokens - count)
+        admitted.append(True)
+        recorded = True
+    throttle = response_throttle_ms(last_throttle_ms, violation_at_ms, now_ms)
+    return Admission(tokens, tuple(admitted), recorded, throttle)
+
+
+def admit_permissive(
+    tokens: float,
+    last_update_ms: int,
+    partitions: Sequence[int],
+    rate_per_s: float,
+    burst: float,
+    now_ms: int,
+) -> Admission:
+    """``PermissiveControllerMutationQuota.record`` once per topic: record, then checkQuotas."""
+    last_throttle_ms = 0
+    violation_at_ms = 0
+    last = last_update_ms
+    for count in partitions:
+        tokens = min(burst, tokens + rate_per_s * ((now_ms - last) / 1000.0))
+        last = now_ms
+        tokens = min(burst, tokens - count)
+        tokens = min(burst, tokens + rate_per_s * 0.0)  # checkQuotas measures (refills) again
+        if tokens < 0:
+            last_throttle_ms = throttle_time_ms(tokens, rate_per_s)
+            violation_at_ms = now_ms
+    throttle = response_throttle_ms(last_throttle_ms, violation_at_ms, now_ms)
+    return Admission(tokens, (True,) * len(partitions), bool(partitions), throttle)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    bucket: Bucket | None  # the key's bucket afterwards (None: the key has none)
+    decision: QuotaDecision | None  # None: a duplicate event_id, answered before
+    throttle: ThrottleEvent | None
+
+
+def duplicated_names(topics: Sequence[TopicMutation]) -> frozenset[str]:
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for topic in topics:
+        (twice if topic.name in seen else seen).add(topic.name)
+    return frozenset(twice)
+
+
+def handle(
+    bucket: Bucket | None,
+    request: MutationRequest,
+    resolution: Resolution,
+    config: QuotaConfig,
+    now_ms: int,
+) -> Step:
+    """Answer ``request`` at ``now_ms`` (the key's clock, already advanced and expired)."""
+    known = () if bucket is None or resolution.quota_key is None else bucket.recent_event_ids
+    if request.event_id in known:
+        return Step(bucket, None, None)
+    charged = resolution.quota_key is not None and (
+        config.controller_quota_validate_only_charged or not request.validate_only
+    )
+    twice = duplicated_names(request.topics)
+    valid = [topic for topic in request.topics if topic.name not in twice]
+    if not charged:
+        decision = _decision(request, resolution, [True] * len(valid), twice, 0, now_ms)
+        return Step(bucket, decision, None)
+    assert resolution.quota_key is not None
+    rate_per_s = resolution.rate_per_s
+    rate_used = UNLIMITED_RATE_PER_S if rate_per_s is None else rate_per_s
+    burst = burst_of(
+        config.controller_quota_window_num, config.controller_quota_window_size_seconds, rate_used
+    )
+    current = new_bucket(now_ms) if bucket is None else bucket
+    mode = mode_of(request, permissive_allowed=config.controller_quota_permissive_allowed)
+    admit = admit_strict if mode is Mode.STRICT else admit_permissive
+    partitions = [topic.partitions for topic in valid]
+    admission = admit(current.tokens, current.last_update_ms, partitions, rate_used, burst, now_ms)
+    recent = (*current.recent_event_ids[-(RECENT_EVENT_IDS_MAX - 1) :], request.event_id)
+    updated = Bucket(
+        tokens=admission.tokens,
+        last_update_ms=now_ms if partitions else current.last_update_ms,
+        last_record_ms=now_ms if admission.recorded else current.last_record_ms,
+        recent_event_ids=recent,
+    )
+    decision = _decision(
+        request, resolution, admission.admitted, twice, admission.throttle_time_ms, now_ms
+    )
+    throttle = None
+    if admission.throttle_time_ms > 0 or not all(admission.admitted):
+        throttle = _throttle_event(
+            request, resolution, mode, burst, admission, valid, now_ms, unlimited=rate_per_s is None
+        )
+    return Step(updated, decision, throttle)
+
+
+def _decision(
+    request: MutationRequest,
+    resolution: Resolution,
+    admitted: Sequence[bool],
+    twice: frozenset[str],
+    throttle_ms: int,
+    now_ms: int,
+) -> QuotaDecision:
+    results: list[TopicResult] = []
+    verdicts = iter(admitted)
+    for topic in request.topics:
+        if topic.name in twice:
+            error = Errors.INVALID_REQUEST
+        else:
+            error = Errors.NONE if next(verdicts) else Errors.THROTTLING_QUOTA_EXCEEDED
+        results.append(TopicResult(topic.name, topic.partitions, error))
+    return QuotaDecision(
+        event_id=request.event_id,
+        user=request.user,
+        client_id=request.client_id,
+        quota_entity=resolution.quota_entity,
+        quota_key=resolution.quota_key,
+        rate_per_s=resolution.rate_per_s,
+        type=request.type.value,
+        error=Errors.NONE,
+        error_message=None,
+        throttle_time_ms=throttle_ms,
+        topics=tuple(results),
+        event_time_ms=request.event_time_ms,
+        decided_at_ms=now_ms,
+    )
+
+
+def _throttle_event(
+    request: MutationRequest,
+    resolution: Resolution,
+    mode: Mode,
+    burst: float,
+    admission: Admission,
+    valid: Sequence[TopicMutation],
+    now_ms: int,
+    *,
+    unlimited: bool,
+) -> ThrottleEvent:
+    rejected = tuple(
+        topic.name for topic, ok in zip(valid, admission.admitted, strict=True) if not ok
+    )
+    admitted_partitions = sum(
+        topic.partitions for topic, ok in zip(valid, admission.admitted, strict=True) if ok
+    )
+    assert resolution.quota_key is not None
+    return ThrottleEvent(
+        event_id=request.event_id,
+        user=request.user,
+        client_id=request.client_id,
+        quota_entity=resolution.quota_entity,
+        quota_key=resolution.quota_key,
+        mode=mode,
+        rate_per_s=resolution.rate_per_s,
+        burst=None if unlimited else burst,
+        tokens_after=admission.tokens,
+        throttle_time_ms=admission.throttle_time_ms,
+        rejected_topics=rejected,
+        admitted_partitions=admitted_partitions,
+        at_ms=now_ms,
+    )
