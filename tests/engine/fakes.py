@@ -12,34 +12,52 @@ from controlplane.core.runtime import RunResult, TimedEvent
 
 class CountingRunner:
     """Counts a key's events; each event arms a timer ``timeout_ms`` after it; ``forget``
-    drops the key. Rows: ``counts`` per event, ``fired`` per timer (at its deadline)."""
+    drops the key. Rows: a ``decisions`` row per event (``generation_id`` = the count,
+    ``decided_at_ms`` = its time), a ``group_events`` row per timer (at its deadline)."""
 
     def run(
         self, state: bytes | None, events: Sequence[TimedEvent], tick_ms: int | None
     ) -> RunResult:
-        data = json.loads(state) if state else {"count": 0, "deadline": None, "clock": 0}
+        data = (
+            json.loads(state)
+            if state
+            else {"count": 0, "deadline": None, "clock": 0, "group": None}
+        )
         counts: list[dict[str, Any]] = []
         fired: list[dict[str, Any]] = []
         for timed in events:
             self._fire(data, timed.time_ms or data["clock"], fired)
             data["clock"] = max(data["clock"], timed.time_ms or 0)
+            data["group"] = timed.event.get("group_id")
             if timed.event.get("type") == "forget":
-                return RunResult(None, {"counts": counts, "fired": fired}, None)
+                return RunResult(None, {"decisions": counts, "group_events": fired}, None)
             data["count"] += 1
             counts.append(
-                {"event_id": timed.event.get("event_id"), "n": data["count"], "at": data["clock"]}
+                {
+                    "event_id": timed.event.get("event_id"),
+                    "group_id": data["group"],
+                    "generation_id": data["count"],
+                    "decided_at_ms": data["clock"],
+                }
             )
             data["deadline"] = data["clock"] + int(timed.event.get("timeout_ms", 1000))
         if tick_ms is not None:
             self._fire(data, tick_ms, fired)
             data["clock"] = max(data["clock"], tick_ms)
         encoded = json.dumps(data).encode()
-        return RunResult(encoded, {"counts": counts, "fired": fired}, data["deadline"])
+        return RunResult(encoded, {"decisions": counts, "group_events": fired}, data["deadline"])
 
     @staticmethod
     def _fire(data: dict[str, Any], now_ms: int, fired: list[dict[str, Any]]) -> None:
         if data["deadline"] is not None and data["deadline"] <= now_ms:
-            fired.append({"at": data["deadline"], "count": data["count"]})
+            fired.append(
+                {
+                    "group_id": data["group"],
+                    "at_ms": data["deadline"],
+                    "kind": "timer_fired",
+                    "generation_id": data["count"],
+                }
+            )
             data["deadline"] = None
 
 

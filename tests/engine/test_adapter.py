@@ -43,8 +43,8 @@ def test_rows_are_handled_in_source_order_not_frame_order() -> None:
         ),
     ]
     out = tables(function().call(iter(frames), state))
-    assert [row["event_id"] for row in out["counts"]] == ["a", "b", "c"]
-    assert [row["at"] for row in out["counts"]] == [500, 900, 900]
+    assert [row["event_id"] for row in out["decisions"]] == ["a", "b", "c"]
+    assert [row["decided_at_ms"] for row in out["decisions"]] == [500, 900, 900]
 
 
 def test_arrival_time_is_clamped_to_the_batch_time() -> None:
@@ -52,7 +52,7 @@ def test_arrival_time_is_clamped_to_the_batch_time() -> None:
     out = tables(
         function().call(iter([frame({"raw": line("a"), "arrival_time_ms": 5_000})]), state)
     )
-    assert out["counts"][0]["at"] == 1_000
+    assert out["decisions"][0]["decided_at_ms"] == 1_000
 
 
 def test_timeout_is_the_earliest_deadline_relative_to_the_batch() -> None:
@@ -76,11 +76,15 @@ def test_data_after_a_missed_deadline_fires_the_timer_before_the_data() -> None:
         iter([frame({"raw": line("b", timeout_ms=5000), "arrival_time_ms": 19_000})]), later
     )
     figures = tables(out)
-    assert figures["fired"] == [{"at": 11_000, "count": 1}]
+    assert figures["group_events"] == [
+        {"group_id": None, "at_ms": 11_000, "kind": "timer_fired", "generation_id": 1}
+    ]
     assert figures[METRICS_TABLE] == [
         {"events": 1, "rejected": 0, "timers_fired": 1, "max_timer_lateness_ms": 9_000}
     ]
-    assert figures["counts"] == [{"event_id": "b", "n": 2, "at": 19_000}]
+    assert figures["decisions"] == [
+        {"event_id": "b", "group_id": None, "generation_id": 2, "decided_at_ms": 19_000}
+    ]
 
 
 def test_timed_out_call_with_one_empty_frame_fires_and_clears_the_timeout() -> None:
@@ -90,7 +94,9 @@ def test_timed_out_call_with_one_empty_frame_fires_and_clears_the_timeout() -> N
     timed_out.hasTimedOut = True
     empty = frame({"raw": "x"}).iloc[0:0]
     out = tables(function().call(iter([empty]), timed_out))
-    assert out["fired"] == [{"at": 1_000, "count": 1}]
+    assert out["group_events"] == [
+        {"group_id": None, "at_ms": 1_000, "kind": "timer_fired", "generation_id": 1}
+    ]
     assert timed_out.updated
     assert timed_out.timeout_timestamp is None
 
@@ -128,7 +134,7 @@ def test_unparseable_lines_become_rejected_rows_and_do_not_reach_the_core(
     assert row["reason"].startswith(reason)
     assert row["source"] == "in.jsonl"
     assert row["arrival_time_ms"] == 7
-    assert "counts" not in out or out["counts"] == []
+    assert "decisions" not in out or out["decisions"] == []
 
 
 def test_event_time_mode_uses_event_time_and_the_watermark() -> None:
@@ -138,12 +144,14 @@ def test_event_time_mode_uses_event_time_and_the_watermark() -> None:
             iter([frame({"raw": line("a", event_time_ms=5_000, timeout_ms=1000)})]), state
         )
     )
-    assert out["counts"][0]["at"] == 5_000
+    assert out["decisions"][0]["decided_at_ms"] == 5_000
     assert state.timeout_timestamp == 6_000
     later = state.next_call(999_999, watermark_ms=7_000)
     later.hasTimedOut = True
     fired = tables(function(TimeMode.EVENT_TIME).call(iter([]), later))
-    assert fired["fired"] == [{"at": 6_000, "count": 1}]
+    assert fired["group_events"] == [
+        {"group_id": None, "at_ms": 6_000, "kind": "timer_fired", "generation_id": 1}
+    ]
 
 
 def test_an_authenticated_principal_overrides_the_claimed_user() -> None:

@@ -1,0 +1,242 @@
+"""The two streaming queries, ready to start: source -> keying -> applyInPandasWithState ->
+foreachBatch Delta sink.
+
+``build_coordinator_query(spark, settings)`` and ``build_quota_query(spark, settings)`` return
+a ``DataStreamWriter``; the jobs only start it and wait. ``config_path`` (the file the settings
+came from) is re-read each micro-batch by the workers (engine.reload), so quota entries and
+core settings can change while the query runs; engine settings (paths, keying, trigger) are
+fixed for the life of a checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from controlplane.core.config import Settings
+from controlplane.core.runtime import Runner
+from controlplane.engine.adapter import StateFunction
+from controlplane.engine.batch import BatchSink
+from controlplane.engine.keying import spark_key_column, spark_key_of
+from controlplane.engine.options import (
+    EngineOptions,
+    Keying,
+    SourceOptions,
+    TimeMode,
+    parse_engine_options,
+)
+from controlplane.engine.reload import SettingsSource
+from controlplane.engine.schemas import ENVELOPE, KEYED_INPUT, STATE
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_TABLES = ("decisions", "group_events", "groups", "rejected_events")
+QUOTA_TABLES = ("quota_decisions", "throttle_events", "rejected_events")
+
+
+class CoordinatorRunners:
+    """Builds the coordinator runner from the current settings (runs in the workers)."""
+
+    def __init__(self, settings: SettingsSource, failover_gap_ms: int | None) -> None:
+        self.settings = settings
+        self.failover_gap_ms = failover_gap_ms
+
+    def __call__(self) -> Runner:
+        from controlplane.core.coordinator.runner import CoordinatorRunner
+
+        config = self.settings.current().coordinator
+        return CoordinatorRunner(config, failover_gap_ms=self.failover_gap_ms)
+
+
+class QuotaRunners:
+    def __init__(self, settings: SettingsSource) -> None:
+        self.settings = settings
+
+    def __call__(self) -> Runner:
+        from controlplane.core.quota.runner import QuotaRunner
+
+        return QuotaRunner(self.settings.current().quota)
+
+
+class QuotaKeyer:
+    """mapInPandas: the quota key of each raw mutation event, resolved from the current quota
+    configuration before keying (mutation-quota.md §4.2), then grouped by key or shard."""
+
+    def __init__(self, settings: SettingsSource, keying: Keying, shards: int) -> None:
+        self.settings = settings
+        self.keying = keying
+        self.shards = shards
+
+    def key(self, raw: Any, principal: Any, config: Any) -> tuple[str, int | None]:
+        import json
+
+        from controlplane.core.quota.resolution import key_of
+
+        try:
+            event = json.loads(raw) if isinstance(raw, str) else None
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            return spark_key_of("", self.keying, self.shards), None
+        if isinstance(principal, str):
+            event["user"] = principal
+        stamp = event.get("event_time_ms")
+        time_ms = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else None
+        try:
+            quota_key = key_of(event, config)
+        except Exception:  # malformed: the runner answers INVALID_REQUEST under any key
+            quota_key = ""
+        return spark_key_of(quota_key, self.keying, self.shards), time_ms
+
+    def __call__(self, frames: Iterator[Any]) -> Iterator[Any]:
+        config = self.settings.current().quota
+        for frame in frames:
+            pairs = [
+                self.key(raw, principal, config)
+                for raw, principal in zip(frame["raw"], frame["principal"], strict=True)
+            ]
+            out = frame.copy()
+            out["key"] = [key for key, _ in pairs]
+            out["event_time_ms"] = [stamp for _, stamp in pairs]
+            yield out[[field.name for field in KEYED_INPUT.fields]]
+
+
+def _settings_source(settings: Settings, config_path: str | None) -> SettingsSource:
+    return SettingsSource(config_path, settings)
+
+
+def _with_time(frame: Any, options: EngineOptions) -> Any:
+    """Event-time mode: a watermark on the event time (arrival time when it has none)."""
+    if options.mode is not TimeMode.EVENT_TIME:
+        return frame
+    from pyspark.sql import functions as F
+
+    stamp = F.coalesce(F.col("event_time_ms"), F.col("arrival_time_ms"))
+    return frame.withColumn("event_ts", F.timestamp_millis(stamp)).withWatermark(
+        "event_ts", f"{options.watermark_delay_ms} milliseconds"
+    )
+
+
+def _stateful(frame: Any, function: StateFunction, options: EngineOptions) -> Any:
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    timeout = (
+        GroupStateTimeout.EventTimeTimeout
+        if options.mode is TimeMode.EVENT_TIME
+        else GroupStateTimeout.ProcessingTimeTimeout
+    )
+    return frame.groupBy("key").applyInPandasWithState(function, ENVELOPE, STATE, "append", timeout)
+
+
+def _writer(
+    frame: Any, name: str, tables: tuple[str, ...], options: EngineOptions, trigger: dict[str, Any]
+) -> Any:
+    checkpoint = options.checkpoint(name)
+    sink = BatchSink(name, tables, options.tables_root, checkpoint, options.writer)
+    return (
+        frame.writeStream.queryName(name)
+        .outputMode("append")
+        .option("checkpointLocation", checkpoint)
+        .foreachBatch(sink)
+        .trigger(**trigger)
+    )
+
+
+def trigger_of(options: EngineOptions, available_now: bool = False) -> dict[str, Any]:
+    """Processing-time trigger (ProcessingTimeTimeout never lets availableNow end); event-time
+    replays may use availableNow, which ends after the last watermark advance."""
+    if available_now:
+        if options.mode is not TimeMode.EVENT_TIME:
+            raise ValueError("availableNow only terminates in event-time mode")
+        return {"availableNow": True}
+    return {"processingTime": f"{options.trigger_interval_ms} milliseconds"}
+
+
+def build_query(
+    spark: Any,
+    options: EngineOptions,
+    *,
+    source: SourceOptions,
+    runners: Callable[[], Runner],
+    tables: tuple[str, ...],
+    name: str,
+    keyer: QuotaKeyer | None = None,
+    key_path: str = "$.group_id",
+    available_now: bool = False,
+) -> Any:
+    """Any runner behind the same pipeline: keyed by a JSON field (Spark expression) or by a
+    Python keyer (mapInPandas), then the adapter and the foreachBatch sink."""
+    from pyspark.sql import functions as F
+
+    from controlplane.io.sources import read_events
+
+    raw = read_events(spark, source)
+    if keyer is not None:
+        keyed = raw.mapInPandas(keyer, KEYED_INPUT)
+    else:
+        key = spark_key_column(F.get_json_object("raw", key_path), options.keying, options.shards)
+        stamp = F.get_json_object("raw", "$.event_time_ms").cast("long")
+        keyed = raw.select(
+            key.alias("key"),
+            "raw",
+            "source",
+            "arrival_time_ms",
+            stamp.alias("event_time_ms"),
+            "seq",
+            "principal",
+        )
+    state = _stateful(_with_time(keyed, options), StateFunction(runners, options.mode), options)
+    log.info(
+        "%s query: %s keying (%d shards), %s", name, options.keying, options.shards, options.mode
+    )
+    return _writer(state, name, tables, options, trigger_of(options, available_now))
+
+
+def build_coordinator_query(
+    spark: Any,
+    settings: Settings,
+    *,
+    config_path: str | None = None,
+    options: EngineOptions | None = None,
+    name: str = "coordinator",
+    available_now: bool = False,
+) -> Any:
+    options = options or parse_engine_options(settings, config_path)
+    if options.coordinator_source is None:
+        raise ValueError("sources.coordinator is not configured")
+    gap = options.failover_gap_ms if options.mode is TimeMode.PROCESSING_TIME else None
+    return build_query(
+        spark,
+        options,
+        source=options.coordinator_source,
+        runners=CoordinatorRunners(_settings_source(settings, config_path), gap),
+        tables=COORDINATOR_TABLES,
+        name=name,
+        available_now=available_now,
+    )
+
+
+def build_quota_query(
+    spark: Any,
+    settings: Settings,
+    *,
+    config_path: str | None = None,
+    options: EngineOptions | None = None,
+    name: str = "quota",
+    available_now: bool = False,
+) -> Any:
+    options = options or parse_engine_options(settings, config_path)
+    if options.quota_source is None:
+        raise ValueError("sources.quota is not configured")
+    settings_source = _settings_source(settings, config_path)
+    return build_query(
+        spark,
+        options,
+        source=options.quota_source,
+        runners=QuotaRunners(settings_source),
+        tables=QUOTA_TABLES,
+        name=name,
+        keyer=QuotaKeyer(settings_source, options.keying, options.shards),
+        available_now=available_now,
+    )
