@@ -1,0 +1,96 @@
+"""DescribeGroups, DeleteGroups, the ``groups`` table row, and a coordinator failover."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.core.coordinator import answers
+from controlplane.core.coordinator.draft import Draft
+from controlplane.core.coordinator.records import DescribedMember, EventKind
+from controlplane.core.coordinator.requests import Header, RequestType
+from controlplane.core.coordinator.state import Group, GroupPhase, Member
+from controlplane.core.errors import Errors
+
+_ASSIGNED = (GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE)
+
+
+def described_members(
+    phase: GroupPhase, members: tuple[Member, ...]
+) -> tuple[DescribedMember, ...]:
+    """Assignments are shown in Stable and CompletingRebalance only, as Kafka's summary."""
+    return tuple(
+        DescribedMember(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.assignment if phase in _ASSIGNED else None,
+            m.offline_since_ms is not None,
+        )
+        for m in members
+    )
+
+
+def summary(group: Group | None) -> dict[str, Any]:
+    """The describe fields; a group that does not exist is Dead."""
+    if group is None:
+        return {
+            "group_state": GroupPhase.DEAD.value,
+            "generation_id": -1,
+            "protocol_type": "",
+            "protocol_name": "",
+            "leader_id": "",
+            "group_members": (),
+        }
+    return {
+        "group_state": group.phase.value,
+        "generation_id": group.generation_id,
+        "protocol_type": group.protocol_type or "",
+        "protocol_name": (group.protocol_name or "") if group.phase in _ASSIGNED else "",
+        "leader_id": group.leader_id or "",
+        "group_members": described_members(group.phase, group.members),
+    }
+
+
+def describe(d: Draft, header: Header, group: Group | None) -> None:
+    d.answer(answers.simple(d, header, RequestType.DESCRIBE, Errors.NONE, **summary(group)))
+
+
+def delete_group(d: Draft, header: Header) -> None:
+    """DeleteGroups: only an Empty group can be deleted (its offsets go with it)."""
+    error = Errors.NONE
+    if d.phase is GroupPhase.DEAD:
+        error = Errors.GROUP_ID_NOT_FOUND
+    elif d.phase is not GroupPhase.EMPTY:
+        error = Errors.NON_EMPTY_GROUP
+    d.answer(answers.simple(d, header, RequestType.DELETE_GROUP, error))
+    if error is Errors.NONE:
+        d.emit(EventKind.GROUP_DELETED, reason="delete_group", generation_id=d.generation_id)
+        d.deleted = True
+
+
+def group_row(group: Group, now_ms: int) -> dict[str, Any]:
+    """The ``groups`` table row of events.md §2."""
+    fields = summary(group)
+    members = [
+        {name: getattr(m, name) for name in m.__slots__} for m in fields.pop("group_members")
+    ]
+    return {"group_id": group.group_id, **fields, "members": members, "updated_at_ms": now_ms}
+
+
+def reset_sessions(d: Draft) -> None:
+    """What Kafka does when a coordinator loads a group: every session restarts now. Offline
+    static members (§14.1) stay offline."""
+    touched = False
+    for member in d.members.values():
+        if member.offline_since_ms is None:
+            d.reset_session(member)
+            touched = True
+    if touched:
+        d.emit(
+            EventKind.STATE_CHANGED,
+            state_from=d.phase.value,
+            state_to=d.phase.value,
+            reason="coordinator_failover",
+            generation_id=d.generation_id,
+        )

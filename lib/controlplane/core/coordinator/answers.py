@@ -1,0 +1,110 @@
+"""Decision rows (events.md §2) in Kafka's response shapes.
+
+An answer is built from the request it answers (``ParkedRequest``: kept in the state while a
+join or sync is parked), so a late answer carries the request's own event id and time and
+``decided_at_ms`` = the step's clock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from controlplane.core.coordinator.records import Decision, JoinMember
+from controlplane.core.coordinator.requests import Header, RequestType
+from controlplane.core.coordinator.state import ParkedRequest
+from controlplane.core.errors import Errors
+
+if TYPE_CHECKING:
+    from controlplane.core.coordinator.draft import Draft
+
+
+def parked(header: Header) -> ParkedRequest:
+    return ParkedRequest(
+        header.event_id, header.event_time_ms, header.request_version, header.group_instance_id
+    )
+
+
+def _row(
+    d: Draft,
+    request: ParkedRequest,
+    kind: RequestType,
+    member_id: str,
+    error: Errors,
+    **fields: Any,
+) -> Decision:
+    return Decision(
+        event_id=request.event_id,
+        group_id=d.group_id,
+        type=kind.value,
+        member_id=member_id,
+        group_instance_id=request.group_instance_id,
+        error=error,
+        error_message=fields.pop("error_message", None),
+        event_time_ms=request.event_time_ms,
+        decided_at_ms=d.now_ms,
+        **fields,
+    )
+
+
+def join_ok(
+    d: Draft,
+    request: ParkedRequest,
+    member_id: str,
+    members: tuple[JoinMember, ...] = (),
+    *,
+    leader_id: str | None = None,
+    skip_assignment: bool = False,
+) -> Decision:
+    return _row(
+        d,
+        request,
+        RequestType.JOIN,
+        member_id,
+        Errors.NONE,
+        generation_id=d.generation_id,
+        protocol_type=d.protocol_type,
+        protocol_name=d.protocol_name,
+        leader_id=leader_id if leader_id is not None else (d.leader_id or ""),
+        skip_assignment=skip_assignment,
+        members=members,
+    )
+
+
+def join_error(
+    d: Draft, request: ParkedRequest, member_id: str, error: Errors, message: str | None = None
+) -> Decision:
+    """§3.9: generation -1, leader "", protocol type and name null, no members."""
+    return _row(
+        d,
+        request,
+        RequestType.JOIN,
+        member_id,
+        error,
+        error_message=message,
+        generation_id=-1,
+        leader_id="",
+        skip_assignment=False,
+        members=(),
+    )
+
+
+def sync_ok(d: Draft, request: ParkedRequest, member_id: str, assignment: str) -> Decision:
+    return _row(
+        d,
+        request,
+        RequestType.SYNC,
+        member_id,
+        Errors.NONE,
+        protocol_type=d.protocol_type,
+        protocol_name=d.protocol_name,
+        assignment=assignment,
+    )
+
+
+def sync_error(d: Draft, request: ParkedRequest, member_id: str, error: Errors) -> Decision:
+    return _row(d, request, RequestType.SYNC, member_id, error, assignment="")
+
+
+def simple(d: Draft, header: Header, kind: RequestType, error: Errors, **fields: Any) -> Decision:
+    """Any other answer: heartbeat, leave, offsets, describe, delete_group."""
+    return _row(d, parked(header), kind, header.member_id, error, **fields)

@@ -1,0 +1,230 @@
+"""A step's working copy of a group.
+
+Every step thaws the frozen ``Group`` into a ``Draft``, applies Kafka's rules to it, and freezes
+it again; the draft never escapes the step, so the machine stays a pure function
+``(group, request, now) -> (group, decisions, events)``. The draft owns the only mutations:
+member add/remove, transitions, keyed timers, and the rows the step emits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from controlplane.core.config import CoordinatorConfig
+from controlplane.core.coordinator import answers
+from controlplane.core.coordinator.records import Decision, EventKind, GroupEvent
+from controlplane.core.coordinator.state import (
+    Group,
+    GroupPhase,
+    Member,
+    StoredOffset,
+    Timer,
+    TimerKind,
+)
+from controlplane.core.errors import Errors
+
+# CGS:123-129: the states each state may be entered from.
+VALID_PREVIOUS: dict[GroupPhase, frozenset[GroupPhase]] = {
+    GroupPhase.EMPTY: frozenset({GroupPhase.PREPARING_REBALANCE}),
+    GroupPhase.PREPARING_REBALANCE: frozenset(
+        {GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE, GroupPhase.EMPTY}
+    ),
+    GroupPhase.COMPLETING_REBALANCE: frozenset({GroupPhase.PREPARING_REBALANCE}),
+    GroupPhase.STABLE: frozenset({GroupPhase.COMPLETING_REBALANCE}),
+    GroupPhase.DEAD: frozenset(GroupPhase),
+}
+
+
+class Draft:
+    """Mutable within one step only. ``now_ms`` and ``event_id`` describe what is running."""
+
+    def __init__(
+        self, group: Group, now_ms: int, event_id: str | None, config: CoordinatorConfig
+    ) -> None:
+        self.group_id = group.group_id
+        self.phase = group.phase
+        self.previous_phase = group.previous_phase
+        self.generation_id = group.generation_id
+        self.protocol_type = group.protocol_type
+        self.protocol_name = group.protocol_name
+        self.leader_id = group.leader_id
+        self.members: dict[str, Member] = {m.member_id: m for m in group.members}
+        self.pending_join: dict[str, None] = dict.fromkeys(group.pending_join_members)
+        self.pending_sync: dict[str, None] = dict.fromkeys(group.pending_sync_members)
+        self.new_member_added = group.new_member_added
+        self.timers: dict[tuple[TimerKind, str], Timer] = {
+            (t.kind, t.member_id): t for t in group.timers
+        }
+        self.timer_seq = group.timer_seq
+        self.offsets: dict[tuple[str, int], StoredOffset] = {
+            (o.topic, o.partition): o for o in group.offsets
+        }
+        self.empty_since_ms = group.empty_since_ms
+        self.last_commit_ms = group.last_commit_ms
+        self.expansion_queue: dict[str, Member] = {m.member_id: m for m in group.expansion_queue}
+        self.deleted = False
+        self.now_ms = now_ms
+        self.event_id = event_id
+        self.config = config
+        self.decisions: list[Decision] = []
+        self.events: list[GroupEvent] = []
+
+    def freeze(self) -> Group | None:
+        if self.deleted:
+            return None
+        return Group(
+            group_id=self.group_id,
+            phase=self.phase,
+            previous_phase=self.previous_phase,
+            generation_id=self.generation_id,
+            protocol_type=self.protocol_type,
+            protocol_name=self.protocol_name,
+            leader_id=self.leader_id,
+            members=tuple(self.members.values()),
+            pending_join_members=tuple(self.pending_join),
+            pending_sync_members=tuple(self.pending_sync),
+            new_member_added=self.new_member_added,
+            timers=tuple(sorted(self.timers.values(), key=lambda t: (t.deadline_ms, t.seq))),
+            timer_seq=self.timer_seq,
+            offsets=tuple(self.offsets.values()),
+            empty_since_ms=self.empty_since_ms,
+            last_commit_ms=self.last_commit_ms,
+            expansion_queue=tuple(self.expansion_queue.values()),
+        )
+
+    # -- rows ---------------------------------------------------------------------------------
+
+    def answer(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+
+    def emit(self, kind: EventKind, **fields: str | int | None) -> None:
+        event = GroupEvent(self.group_id, self.now_ms, kind, event_id=self.event_id)
+        self.events.append(dataclasses.replace(event, **fields))  # type: ignore[arg-type]
+
+    # -- derived facts (§1) -------------------------------------------------------------------
+
+    def member(self, member_id: str) -> Member | None:
+        return self.members.get(member_id)
+
+    def update(self, member: Member) -> None:
+        self.members[member.member_id] = member
+
+    def static_member_id(self, group_instance_id: str) -> str | None:
+        for member in self.members.values():
+            if member.group_instance_id == group_instance_id:
+                return member.member_id
+        return None
+
+    def awaiting_join_count(self) -> int:
+        return sum(1 for m in self.members.values() if m.awaiting_join is not None)
+
+    def has_all_members_joined(self) -> bool:
+        return self.awaiting_join_count() == len(self.members) and not self.pending_join
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def can_rebalance(self) -> bool:
+        return self.phase in (
+            GroupPhase.STABLE,
+            GroupPhase.COMPLETING_REBALANCE,
+            GroupPhase.EMPTY,
+        )
+
+    # -- timers (§0.2-2: scheduling a key replaces its pending timer) ---------------------------
+
+    def schedule(
+        self,
+        kind: TimerKind,
+        member_id: str,
+        delay_ms: int,
+        *,
+        initial_delay_ms: int | None = None,
+        remaining_ms: int | None = None,
+    ) -> None:
+        timer = Timer(
+            kind,
+            member_id,
+            self.now_ms + delay_ms,
+            self.timer_seq,
+            initial_delay_ms,
+            remaining_ms,
+        )
+        self.timer_seq += 1
+        self.timers.pop((kind, member_id), None)
+        self.timers[(kind, member_id)] = timer
+
+    def schedule_at(self, kind: TimerKind, member_id: str, deadline_ms: int) -> None:
+        self.schedule(kind, member_id, deadline_ms - self.now_ms)
+
+    def cancel(self, kind: TimerKind, member_id: str = "") -> None:
+        self.timers.pop((kind, member_id), None)
+
+    def reset_session(self, member: Member) -> None:
+        self.schedule(TimerKind.HEARTBEAT, member.member_id, member.session_timeout_ms)
+
+    # -- transitions (§2) ---------------------------------------------------------------------
+
+    def transition(self, target: GroupPhase) -> None:
+        if self.phase not in VALID_PREVIOUS[target]:
+            raise AssertionError(f"illegal transition {self.phase} -> {target}")
+        self.emit(
+            EventKind.STATE_CHANGED,
+            state_from=self.phase.value,
+            state_to=target.value,
+            generation_id=self.generation_id,
+        )
+        self.previous_phase = self.phase
+        self.phase = target
+        if target is GroupPhase.EMPTY:
+            self.empty_since_ms = self.now_ms
+            self.schedule_retention()
+        elif self.previous_phase is GroupPhase.EMPTY:
+            self.cancel(TimerKind.RETENTION)
+
+    def schedule_retention(self) -> None:
+        """An Empty group's offsets and the group expire retention after the later of becoming
+        Empty and the last commit (Kafka's OffsetConfig, KIP-211)."""
+        base_ms = max(self.empty_since_ms or self.now_ms, self.last_commit_ms or 0)
+        self.schedule_at(TimerKind.RETENTION, "", base_ms + self.config.offsets_retention_ms)
+
+    # -- membership (CG add/remove) -----------------------------------------------------------
+
+    def add_member(self, member: Member) -> None:
+        """CG add: static mapping, protocol type, leader, awaiting count, pending set."""
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.pending_join.pop(member.member_id, None)
+        self.emit(
+            EventKind.MEMBER_ADDED,
+            member_id=member.member_id,
+            group_instance_id=member.group_instance_id,
+            reason="join",
+        )
+
+    def remove_member(self, member_id: str, reason: str, *, cancel_timer: bool = True) -> None:
+        """CG remove, answering the member's parked requests with UNKNOWN_MEMBER_ID."""
+        member = self.members.pop(member_id)
+        if member.awaiting_join is not None:
+            self.answer(
+                answers.join_error(self, member.awaiting_join, "", Errors.UNKNOWN_MEMBER_ID)
+            )
+        if member.awaiting_sync is not None:
+            self.answer(
+                answers.sync_error(self, member.awaiting_sync, member_id, Errors.UNKNOWN_MEMBER_ID)
+            )
+        if cancel_timer:
+            self.cancel(TimerKind.HEARTBEAT, member_id)
+        self.pending_join.pop(member_id, None)
+        self.pending_sync.pop(member_id, None)
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.emit(
+            EventKind.MEMBER_REMOVED,
+            member_id=member_id,
+            group_instance_id=member.group_instance_id,
+            reason=reason,
+        )

@@ -1,0 +1,36 @@
+"""Heartbeat (group-coordinator.md §5, GMM:5501-5616)."""
+
+from __future__ import annotations
+
+from controlplane.core.coordinator import answers, static
+from controlplane.core.coordinator.draft import Draft
+from controlplane.core.coordinator.membership import validate_member
+from controlplane.core.coordinator.requests import Heartbeat, RequestType
+from controlplane.core.coordinator.state import GroupPhase
+from controlplane.core.errors import Errors
+
+
+def handle_heartbeat(d: Draft, request: Heartbeat) -> None:
+    header = request.header
+    error = _heartbeat_error(d, request)
+    if error is None or error is Errors.REBALANCE_IN_PROGRESS:
+        member = static.mark_returned(d, d.members[header.member_id])
+        d.reset_session(member)
+    result = Errors.NONE if error is None else error
+    d.answer(answers.simple(d, header, RequestType.HEARTBEAT, result))
+
+
+def _heartbeat_error(d: Draft, request: Heartbeat) -> Errors | None:
+    header = request.header
+    if d.phase is GroupPhase.DEAD:
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    error = validate_member(d, header.member_id, header.group_instance_id)
+    if error is not None:
+        return error
+    if request.generation_id != d.generation_id:
+        return Errors.ILLEGAL_GENERATION
+    if d.phase is GroupPhase.EMPTY:
+        return Errors.UNKNOWN_MEMBER_ID
+    if d.phase is GroupPhase.PREPARING_REBALANCE:
+        return Errors.REBALANCE_IN_PROGRESS
+    return None

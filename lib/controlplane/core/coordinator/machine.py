@@ -1,0 +1,178 @@
+"""The coordinator of one group as a pure function: ``handle`` one request, ``fire_due`` timers.
+
+The caller (the runner) fires every timer due at or before a request's ``now_ms`` with
+``fire_due`` and then calls ``handle``. Neither reads a clock or mutates its input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from controlplane.core.config import CoordinatorConfig
+from controlplane.core.coordinator import admin, answers, join, leave, offsets, timers
+from controlplane.core.coordinator.draft import Draft
+from controlplane.core.coordinator.heartbeat import handle_heartbeat
+from controlplane.core.coordinator.records import Decision, EventKind, GroupEvent, MemberResult
+from controlplane.core.coordinator.requests import (
+    REQUEST_TYPE,
+    DeleteGroup,
+    DescribeGroup,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    OffsetCommit,
+    OffsetFetch,
+    Request,
+    RequestType,
+    SyncGroup,
+    Tick,
+)
+from controlplane.core.coordinator.state import Group, GroupPhase
+from controlplane.core.coordinator.sync import handle_sync
+from controlplane.core.errors import Errors
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    group: Group | None  # None: the group does not exist (never created, deleted, expired)
+    decisions: tuple[Decision, ...]  # the request's own answer first, then released answers
+    events: tuple[GroupEvent, ...]
+
+
+def next_deadline_ms(group: Group) -> int | None:
+    return timers.next_deadline_ms(group)
+
+
+def fire_due(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:
+    """Fire every timer due at ``now_ms`` in (deadline, sequence) order, each at its deadline."""
+    d = Draft(group, now_ms, None, config)
+    while not d.deleted:
+        timer = timers.pop_due(d, now_ms)
+        if timer is None:
+            break
+        timers.fire(d, timer)
+    return Step(d.freeze(), tuple(d.decisions), tuple(d.events))
+
+
+def reset_sessions(group: Group, now_ms: int) -> Step:
+    """coordinator_failover (events.md §6): every session deadline restarts at ``now_ms``."""
+    d = Draft(group, now_ms, None, CoordinatorConfig())
+    admin.reset_sessions(d)
+    return Step(d.freeze(), tuple(d.decisions), tuple(d.events))
+
+
+def group_row(group: Group, now_ms: int) -> dict[str, Any]:
+    return admin.group_row(group, now_ms)
+
+
+def handle(group: Group | None, request: Request, now_ms: int, config: CoordinatorConfig) -> Step:
+    """One request for this group at ``now_ms`` (timers due by then have already fired)."""
+    if isinstance(request, Tick):
+        return Step(group, (), ())
+    header = request.header
+    d = Draft(group or Group(header.group_id or ""), now_ms, header.event_id, config)
+    if not header.group_id:
+        _invalid_group_id(d, request)
+        result = group
+    else:
+        result = _dispatch(d, group, request)
+    own = [x for x in d.decisions if x.event_id == header.event_id]
+    rest = [x for x in d.decisions if x.event_id != header.event_id]
+    return Step(result, tuple(own + rest), tuple(d.events))
+
+
+def _dispatch(d: Draft, group: Group | None, request: Request) -> Group | None:
+    if isinstance(request, JoinGroup):
+        return _join(d, group, request)
+    if isinstance(request, OffsetCommit):
+        return _commit(d, group, request)
+    if isinstance(request, DescribeGroup):
+        admin.describe(d, request.header, group)
+        return group
+    if group is None:
+        _missing_group(d, request)
+        return None
+    if isinstance(request, SyncGroup):
+        handle_sync(d, request)
+    elif isinstance(request, Heartbeat):
+        handle_heartbeat(d, request)
+    elif isinstance(request, LeaveGroup):
+        leave.handle_leave(d, request)
+    elif isinstance(request, OffsetFetch):
+        offsets.handle_fetch(d, request)
+    elif isinstance(request, DeleteGroup):
+        admin.delete_group(d, request.header)
+    return d.freeze()
+
+
+def _join(d: Draft, group: Group | None, request: JoinGroup) -> Group | None:
+    header = request.header
+    error = join.coordinator_check(request, d.config)
+    if error is None and group is None and header.member_id != "":
+        error = Errors.UNKNOWN_MEMBER_ID  # no group is created
+    if error is not None:
+        d.answer(answers.join_error(d, answers.parked(header), header.member_id, error))
+        return group
+    if group is None:
+        _created(d)
+    join.handle_join(d, request)
+    return d.freeze()
+
+
+def _commit(d: Draft, group: Group | None, request: OffsetCommit) -> Group | None:
+    if group is None:
+        error = offsets.missing_group_commit_error(request)
+        if error is not None:
+            offsets.handle_commit(d, request, error)
+            return None
+        _created(d)
+    offsets.handle_commit(d, request, None)
+    return d.freeze()
+
+
+def _created(d: Draft) -> None:
+    d.emit(
+        EventKind.STATE_CHANGED,
+        state_from=GroupPhase.DEAD.value,
+        state_to=GroupPhase.EMPTY.value,
+        reason="created",
+        generation_id=0,
+    )
+    d.empty_since_ms = d.now_ms
+    d.schedule_retention()
+
+
+def _missing_group(d: Draft, request: Request) -> None:
+    """Sync, heartbeat and leave on a group that does not exist; fetch and delete too."""
+    header = request.header
+    if isinstance(request, SyncGroup):
+        d.answer(answers.sync_error(d, answers.parked(header), header.member_id, _UNKNOWN))
+    elif isinstance(request, Heartbeat):
+        d.answer(answers.simple(d, header, RequestType.HEARTBEAT, _UNKNOWN))
+    elif isinstance(request, LeaveGroup):
+        results = tuple(
+            MemberResult(i.member_id, i.group_instance_id, _UNKNOWN.code)
+            for i in leave.identities(request)
+        )
+        leave.leave_answer(d, request, results)
+    elif isinstance(request, OffsetFetch):
+        found = offsets.fetch_results({}, request)
+        d.answer(answers.simple(d, header, RequestType.OFFSET_FETCH, Errors.NONE, offsets=found))
+    elif isinstance(request, DeleteGroup):
+        d.answer(answers.simple(d, header, RequestType.DELETE_GROUP, Errors.GROUP_ID_NOT_FOUND))
+
+
+_UNKNOWN = Errors.UNKNOWN_MEMBER_ID
+
+
+def _invalid_group_id(d: Draft, request: Request) -> None:
+    header = request.header
+    error = Errors.INVALID_GROUP_ID
+    if isinstance(request, JoinGroup):
+        d.answer(answers.join_error(d, answers.parked(header), header.member_id, error))
+    elif isinstance(request, SyncGroup):
+        d.answer(answers.sync_error(d, answers.parked(header), header.member_id, error))
+    else:
+        kind = REQUEST_TYPE[type(request)]
+        d.answer(answers.simple(d, header, kind, error))

@@ -1,0 +1,50 @@
+"""Protocol compatibility and the protocol vote (group-coordinator.md §2, CG:1017, CG:1121)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from controlplane.core.coordinator.requests import Protocol
+from controlplane.core.coordinator.state import GroupPhase, Member
+
+
+def supports_protocols(
+    phase: GroupPhase,
+    group_protocol_type: str | None,
+    members: Sequence[Member],
+    protocol_type: str,
+    names: Iterable[str],
+) -> bool:
+    """An Empty group takes any non-empty type and protocol list; otherwise the type must be the
+    group's and some name must be listed by every current member."""
+    wanted = list(names)
+    if phase is GroupPhase.EMPTY:
+        return protocol_type != "" and bool(wanted)
+    if protocol_type != group_protocol_type:
+        return False
+    return any(all(any(p.name == name for p in m.protocols) for m in members) for name in wanted)
+
+
+def select_protocol(members: Sequence[Member], leader_id: str | None) -> str | None:
+    """Each member votes for its first protocol that every member lists; most votes wins.
+
+    Kafka breaks ties by HashMap order; the model breaks them by the leader's preference order,
+    then by name, so the result is deterministic.
+    """
+    if not members:
+        return None
+    candidates = set.intersection(*({p.name for p in m.protocols} for m in members))
+    if not candidates:
+        return None
+    votes: dict[str, int] = dict.fromkeys(candidates, 0)
+    for member in members:
+        choice = next(p.name for p in member.protocols if p.name in candidates)
+        votes[choice] += 1
+    leader = next((m for m in members if m.member_id == leader_id), members[0])
+    preference = {p.name: i for i, p in enumerate(leader.protocols)}
+    return min(votes, key=lambda name: (-votes[name], preference.get(name, len(preference)), name))
+
+
+def matches(member: Member, protocols: Sequence[Protocol]) -> bool:
+    """CGM:225: the ordered (name, metadata) list is exactly the same."""
+    return tuple(member.protocols) == tuple(protocols)

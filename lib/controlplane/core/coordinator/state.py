@@ -1,0 +1,130 @@
+"""The state of one consumer group (group-coordinator.md §1) as immutable values.
+
+A ``Group`` is a frozen dataclass of tuples, comparable with ``==`` and encoded by ``codec``.
+Members keep insertion (join) order, which is the model's iteration order (§0.2-6). Timers are
+named deadlines kept in the state (§0.2-2); ``timers.py`` reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+
+from controlplane.core.coordinator.requests import Protocol
+
+
+class GroupPhase(StrEnum):
+    """Kafka's ClassicGroupState; the value is Kafka's state name (describe, groups table)."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class TimerKind(Enum):
+    """Timer names. A timer's key is (kind, member_id); member_id is "" for group timers."""
+
+    HEARTBEAT = 1  # session, new-member join, pending member (§7.1)
+    JOIN = 2  # rebalance timeout or initial delay (§7.2, §3.7)
+    SYNC = 3  # pending sync (§7.3)
+    RETENTION = 4  # offsets and Empty group expiry (offsets.retention.minutes)
+    REGISTRATION = 5  # §14.1 static registration timeout
+    EXPANSION = 6  # §14.2 static expansion countdown
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    kind: TimerKind
+    member_id: str
+    deadline_ms: int
+    seq: int  # scheduling sequence: FIFO among equal deadlines
+    delay_ms: int | None = None  # initial-rebalance join timer only (§3.7)
+    remaining_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedRequest:
+    """A JoinGroup or SyncGroup waiting for its answer: what the answer row needs."""
+
+    event_id: str
+    event_time_ms: int
+    request_version: int | None
+    group_instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[Protocol, ...]
+    assignment: str = ""  # base64; "" = empty
+    awaiting_join: ParkedRequest | None = None
+    awaiting_sync: ParkedRequest | None = None
+    is_new: bool = False
+    offline_since_ms: int | None = None  # §14.1: a static member whose session expired
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    @property
+    def has_satisfied_heartbeat(self) -> bool:
+        """CGM:208: not new, and awaiting a join or sync answer."""
+        return not self.is_new and (
+            self.awaiting_join is not None or self.awaiting_sync is not None
+        )
+
+    def metadata_for(self, protocol_name: str | None) -> str:
+        for protocol in self.protocols:
+            if protocol.name == protocol_name:
+                return protocol.metadata
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOffset:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None
+    commit_time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    group_id: str
+    phase: GroupPhase = GroupPhase.EMPTY
+    previous_phase: GroupPhase = GroupPhase.DEAD
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: tuple[Member, ...] = ()
+    pending_join_members: tuple[str, ...] = ()
+    pending_sync_members: tuple[str, ...] = ()
+    new_member_added: bool = False
+    timers: tuple[Timer, ...] = ()
+    timer_seq: int = 0
+    offsets: tuple[StoredOffset, ...] = ()
+    empty_since_ms: int | None = None  # when the group last became Empty (retention base)
+    last_commit_ms: int | None = None
+    expansion_queue: tuple[Member, ...] = ()  # §14.2: new static members parked by the countdown
+
+    def member(self, member_id: str) -> Member | None:
+        for member in self.members:
+            if member.member_id == member_id:
+                return member
+        return None
+
+    def static_member_id(self, group_instance_id: str) -> str | None:
+        for member in self.members:
+            if member.group_instance_id == group_instance_id:
+                return member.member_id
+        return None

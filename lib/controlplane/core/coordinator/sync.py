@@ -1,0 +1,79 @@
+"""SyncGroup (group-coordinator.md §4, GMM:5222-5360)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from controlplane.core.coordinator import answers
+from controlplane.core.coordinator.draft import Draft
+from controlplane.core.coordinator.membership import validate_member
+from controlplane.core.coordinator.records import EventKind
+from controlplane.core.coordinator.requests import SyncGroup
+from controlplane.core.coordinator.state import GroupPhase, TimerKind
+from controlplane.core.errors import Errors
+
+
+def sync_error(d: Draft, request: SyncGroup) -> Errors | None:
+    """Validation order of §4, on an existing group."""
+    header = request.header
+    if d.phase is GroupPhase.EMPTY:
+        return Errors.UNKNOWN_MEMBER_ID
+    if d.phase is GroupPhase.DEAD:
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    error = validate_member(d, header.member_id, header.group_instance_id)
+    if error is not None:
+        return error
+    if request.generation_id != d.generation_id:
+        return Errors.ILLEGAL_GENERATION
+    if (request.protocol_type is not None and request.protocol_type != d.protocol_type) or (
+        request.protocol_name is not None and request.protocol_name != d.protocol_name
+    ):
+        return Errors.INCONSISTENT_GROUP_PROTOCOL
+    if d.phase is GroupPhase.PREPARING_REBALANCE:
+        return Errors.REBALANCE_IN_PROGRESS
+    return None
+
+
+def handle_sync(d: Draft, request: SyncGroup) -> None:
+    header = request.header
+    error = sync_error(d, request)
+    if error is not None:
+        d.answer(answers.sync_error(d, answers.parked(header), header.member_id, error))
+        return
+    _sent_sync(d, header.member_id)
+    member = d.members[header.member_id]
+    if d.phase is GroupPhase.STABLE:  # Java: no session reset here (§11 D2)
+        d.answer(answers.sync_ok(d, answers.parked(header), member.member_id, member.assignment))
+        return
+    if member.awaiting_sync is not None:
+        d.emit(
+            EventKind.REQUEST_REPLACED,
+            member_id=member.member_id,
+            group_instance_id=member.group_instance_id,
+            reason="replaced_by_newer_sync",
+            event_id=member.awaiting_sync.event_id,
+        )
+    d.update(dataclasses.replace(member, awaiting_sync=answers.parked(header)))
+    if member.member_id == d.leader_id:
+        _propagate_assignment(d, request)
+
+
+def _sent_sync(d: Draft, member_id: str) -> None:
+    d.pending_sync.pop(member_id, None)
+    if not d.pending_sync:
+        d.cancel(TimerKind.SYNC)
+
+
+def _propagate_assignment(d: Draft, request: SyncGroup) -> None:
+    """The leader's assignment: members it leaves out get an empty one; unknown ids are
+    ignored. Every parked sync is answered and the group becomes Stable."""
+    given = {a.member_id: a.assignment for a in request.assignments}
+    for member in list(d.members.values()):
+        updated = dataclasses.replace(
+            member, assignment=given.get(member.member_id, ""), awaiting_sync=None
+        )
+        d.update(updated)
+        if member.awaiting_sync is not None:
+            d.answer(answers.sync_ok(d, member.awaiting_sync, member.member_id, updated.assignment))
+            d.reset_session(updated)
+    d.transition(GroupPhase.STABLE)
