@@ -1,0 +1,362 @@
+"""Many groups behind one key: the coordinator's runner (core.runtime.Runner) and its shard.
+
+A :class:`CoordinatorShard` holds the groups of one Spark key (one group under group keying,
+every group of a shard under shard keying) and feeds wire events to the one-group state
+machine (``machine``) under the clock rules of events.md §6:
+
+* each group has its own clock, which never goes back: an event is handled at
+  ``now = max(group clock, event time)``; before it, the group's due timers fire (each at its
+  own deadline, by ``machine.fire_due``);
+* a ``tick`` with ``group_id`` ticks that group, without one every group (in group id order);
+  ``tick(now_ms)`` (the batch time or watermark) does the same at the end of a batch;
+* failover (``failover_gap_ms``): the first time a batch touches a group whose clock is more
+  than the gap behind, its members' sessions are reset (``machine.reset_sessions``) at that
+  time, before its timers fire, as Kafka does when a coordinator loads a group;
+* idempotence: a request whose ``event_id`` is among the group's last 64 handled requests is
+  not handled again; it leaves a ``duplicate_request`` group event. The window lives with the
+  group: when a group ceases to exist (never created, deleted, expired) it leaves the state,
+  and its window with it, so a repeat sent after that is handled as a new request;
+* an invalid event (INVALID_REQUEST) never reaches a group and changes no state; it is answered
+  at its group's clock (or its own event time, or the shard's latest time, whichever is known).
+
+The state bytes are an envelope: a version byte, the shard's latest time, then per group its
+id, clock, next deadline, idempotence window and the machine's encoding of the group. Groups a
+batch does not touch are copied through without being decoded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from controlplane.core.config import CoordinatorConfig
+from controlplane.core.coordinator import codec, machine
+from controlplane.core.coordinator.records import EventKind, GroupEvent
+from controlplane.core.coordinator.requests import Request, Tick
+from controlplane.core.coordinator.state import Group
+from controlplane.core.coordinator.wire import InvalidEvent, parse_event
+from controlplane.core.runtime import RunResult, TimedEvent
+
+Row = dict[str, Any]
+Rows = dict[str, list[Row]]
+
+DECISIONS: Final = "decisions"
+GROUP_EVENTS: Final = "group_events"
+GROUPS: Final = "groups"
+OUTPUTS: Final = (DECISIONS, GROUP_EVENTS, GROUPS)
+
+IDEMPOTENCE_WINDOW: Final = 64
+STATE_VERSION: Final = 1
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One group of the shard. ``group`` is decoded on first use; ``encoded`` is None once the
+    group changed (it is encoded again by ``encode``)."""
+
+    clock_ms: int
+    next_deadline_ms: int | None
+    window: deque[str] = field(default_factory=lambda: deque(maxlen=IDEMPOTENCE_WINDOW))
+    group: Group | None = None
+    encoded: bytes | None = None
+
+    def decoded(self) -> Group:
+        if self.group is None:
+            assert self.encoded is not None
+            self.group = codec.decode_group(self.encoded)
+        return self.group
+
+
+class CoordinatorShard:
+    """The mutable, in-memory holder of a shard's groups; ``run`` and the replay build on it."""
+
+    def __init__(self, config: CoordinatorConfig, *, failover_gap_ms: int | None = None) -> None:
+        self.config = config
+        self.failover_gap_ms = failover_gap_ms
+        self.clock_ms: int | None = None  # the latest time the shard has seen
+        self._entries: dict[str, _Entry] = {}
+        self._touched: dict[str, bool] = {}  # this batch: group id -> existed at some point
+        self._deleted_at_ms: dict[str, int] = {}
+
+    # --- batches -----------------------------------------------------------------------------
+
+    def begin_batch(self) -> None:
+        """Forget which groups the previous batch touched (failover and ``groups`` rows)."""
+        self._touched.clear()
+        self._deleted_at_ms.clear()
+
+    def group_rows(self) -> list[Row]:
+        """The ``groups`` row of every group this batch touched that exists or ceased to."""
+        rows: list[Row] = []
+        for group_id, existed in self._touched.items():
+            entry = self._entries.get(group_id)
+            if entry is not None:
+                row = dict(machine.group_row(entry.decoded(), entry.clock_ms))
+                row["deleted"] = False
+                rows.append(row)
+            elif existed:
+                rows.append(_deleted_row(group_id, self._deleted_at_ms[group_id]))
+        return rows
+
+    @property
+    def group_ids(self) -> list[str]:
+        return list(self._entries)
+
+    def group(self, group_id: str) -> Group | None:
+        entry = self._entries.get(group_id)
+        return None if entry is None else entry.decoded()
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [
+            e.next_deadline_ms for e in self._entries.values() if e.next_deadline_ms is not None
+        ]
+        return min(deadlines, default=None)
+
+    # --- events --------------------------------------------------------------------------------
+
+    def feed(self, event: TimedEvent) -> Rows:
+        """Handle one wire event; returns its decisions and group_events rows, in order."""
+        rows: Rows = {DECISIONS: [], GROUP_EVENTS: []}
+        parsed = parse_event(event)
+        if isinstance(parsed, InvalidEvent):
+            self._answer_invalid(parsed, event.time_ms, rows)
+            return rows
+        time_ms = parsed.header.event_time_ms if event.time_ms is None else event.time_ms
+        self._see(time_ms)
+        group_id = parsed.header.group_id
+        if isinstance(parsed, Tick):
+            for tick_id in sorted(self._entries) if group_id is None else [group_id]:
+                self._advance(tick_id, time_ms, rows)
+            return rows
+        assert group_id is not None  # the wire parser requires it for every request
+        self._request(group_id, parsed, time_ms, rows)
+        return rows
+
+    def tick(self, now_ms: int) -> Rows:
+        """Advance every group to ``now_ms`` (batch time or watermark), firing due timers."""
+        rows: Rows = {DECISIONS: [], GROUP_EVENTS: []}
+        self._see(now_ms)
+        for group_id in sorted(self._entries):
+            self._advance(group_id, now_ms, rows)
+        return rows
+
+    def _see(self, time_ms: int) -> None:
+        self.clock_ms = time_ms if self.clock_ms is None else max(self.clock_ms, time_ms)
+
+    def _answer_invalid(self, invalid: InvalidEvent, time_ms: int | None, rows: Rows) -> None:
+        entry = None if invalid.group_id is None else self._entries.get(invalid.group_id)
+        if time_ms is None:
+            time_ms = invalid.event_time_ms
+        candidates = (time_ms, None if entry is None else entry.clock_ms)
+        known = [t for t in candidates if t is not None and t >= 0]
+        if known:
+            decided_at_ms = max(known)
+            self._see(decided_at_ms)
+        else:
+            decided_at_ms = 0 if self.clock_ms is None else self.clock_ms
+        rows[DECISIONS].append(invalid.decision(decided_at_ms).to_row())
+
+    def _advance(self, group_id: str, time_ms: int, rows: Rows) -> _Entry | None:
+        """Move a known group's clock to ``time_ms`` (never back), resetting sessions after a
+        failover gap and firing due timers. Returns the entry, or None if the group is gone."""
+        entry = self._entries.get(group_id)
+        if entry is None:
+            return None
+        now_ms = max(entry.clock_ms, time_ms)
+        first_touch = group_id not in self._touched
+        self._touched[group_id] = True
+        gap = self.failover_gap_ms
+        if first_touch and gap is not None and now_ms - entry.clock_ms > gap:
+            self._apply(group_id, entry, machine.reset_sessions(entry.decoded(), now_ms), rows)
+            if group_id not in self._entries:
+                return None
+        entry.clock_ms = now_ms
+        due = entry.next_deadline_ms
+        if due is not None and due <= now_ms:
+            self._apply(
+                group_id, entry, machine.fire_due(entry.decoded(), now_ms, self.config), rows
+            )
+        return self._entries.get(group_id)
+
+    def _request(self, group_id: str, request: Request, time_ms: int, rows: Rows) -> None:
+        entry = self._advance(group_id, time_ms, rows)
+        header = request.header
+        if entry is not None and header.event_id in entry.window:
+            rows[GROUP_EVENTS].append(_duplicate(request, entry.clock_ms))
+            return
+        self._touched.setdefault(group_id, False)
+        now_ms = time_ms if entry is None else entry.clock_ms
+        group = None if entry is None else entry.decoded()
+        step = machine.handle(group, request, now_ms, self.config)
+        if entry is None:
+            if step.group is None:  # answered without a group coming to exist
+                _emit(step, rows)
+                return
+            entry = _Entry(clock_ms=now_ms, next_deadline_ms=None)
+            self._entries[group_id] = entry
+        entry.window.append(header.event_id)
+        self._apply(group_id, entry, step, rows)
+
+    def _apply(self, group_id: str, entry: _Entry, step: machine.Step, rows: Rows) -> None:
+        _emit(step, rows)
+        if step.group is None:
+            del self._entries[group_id]
+            self._deleted_at_ms[group_id] = entry.clock_ms
+            return
+        self._touched[group_id] = True
+        entry.group = step.group
+        entry.encoded = None
+        entry.next_deadline_ms = machine.next_deadline_ms(step.group)
+
+    # --- the envelope --------------------------------------------------------------------------
+
+    def encode(self) -> bytes | None:
+        """The shard's state bytes; None when no group is left (the key can be forgotten)."""
+        if not self._entries:
+            return None
+        out = bytearray([STATE_VERSION])
+        _put_uint(out, 0 if self.clock_ms is None else self.clock_ms + 1)
+        _put_uint(out, len(self._entries))
+        for group_id, entry in self._entries.items():
+            if entry.encoded is None:
+                assert entry.group is not None
+                entry.encoded = codec.encode_group(entry.group)
+            _put_bytes(out, group_id.encode("utf-8"))
+            _put_uint(out, entry.clock_ms)
+            _put_uint(out, 0 if entry.next_deadline_ms is None else entry.next_deadline_ms + 1)
+            _put_uint(out, len(entry.window))
+            for event_id in entry.window:
+                _put_bytes(out, event_id.encode("utf-8"))
+            _put_bytes(out, entry.encoded)
+        return bytes(out)
+
+    @classmethod
+    def decode(
+        cls,
+        data: bytes | None,
+        config: CoordinatorConfig,
+        *,
+        failover_gap_ms: int | None = None,
+    ) -> CoordinatorShard:
+        """A shard from its state bytes (None: an empty shard). Raises ValueError if corrupt."""
+        shard = cls(config, failover_gap_ms=failover_gap_ms)
+        if data is None:
+            return shard
+        if not data or data[0] != STATE_VERSION:
+            found = data[0] if data else "nothing"
+            raise ValueError(f"coordinator state: unsupported version {found} (expected 1)")
+        reader = _Reader(data, 1)
+        clock = reader.uint()
+        shard.clock_ms = None if clock == 0 else clock - 1
+        for _ in range(reader.uint()):
+            group_id = reader.bytes().decode("utf-8")
+            clock_ms = reader.uint()
+            deadline = reader.uint()
+            entry = _Entry(clock_ms, None if deadline == 0 else deadline - 1)
+            entry.window.extend(reader.bytes().decode("utf-8") for _ in range(reader.uint()))
+            entry.encoded = reader.bytes()
+            shard._entries[group_id] = entry
+        if reader.offset != len(data):
+            raise ValueError("coordinator state: trailing bytes after the last group")
+        return shard
+
+
+class CoordinatorRunner:
+    """core.runtime.Runner for the coordinator: decode, feed the batch, tick, encode."""
+
+    def __init__(self, config: CoordinatorConfig, *, failover_gap_ms: int | None = None) -> None:
+        self.config = config
+        self.failover_gap_ms = failover_gap_ms
+
+    def run(
+        self, state: bytes | None, events: Sequence[TimedEvent], tick_ms: int | None
+    ) -> RunResult:
+        shard = CoordinatorShard.decode(state, self.config, failover_gap_ms=self.failover_gap_ms)
+        outputs: Rows = {DECISIONS: [], GROUP_EVENTS: []}
+        for event in events:
+            _extend(outputs, shard.feed(event))
+        if tick_ms is not None:
+            _extend(outputs, shard.tick(tick_ms))
+        outputs[GROUPS] = shard.group_rows()
+        return RunResult(shard.encode(), outputs, shard.next_deadline_ms())
+
+
+def _emit(step: machine.Step, rows: Rows) -> None:
+    rows[DECISIONS].extend(decision.to_row() for decision in step.decisions)
+    rows[GROUP_EVENTS].extend(event.to_row() for event in step.events)
+
+
+def _extend(outputs: Rows, rows: Mapping[str, Iterable[Row]]) -> None:
+    for table, table_rows in rows.items():
+        outputs[table].extend(table_rows)
+
+
+def _duplicate(request: Request, at_ms: int) -> Row:
+    header = request.header
+    assert header.group_id is not None
+    return GroupEvent(
+        group_id=header.group_id,
+        at_ms=at_ms,
+        kind=EventKind.DUPLICATE_REQUEST,
+        member_id=header.member_id,
+        group_instance_id=header.group_instance_id,
+        event_id=header.event_id,
+    ).to_row()
+
+
+def _deleted_row(group_id: str, at_ms: int) -> Row:
+    return {
+        "group_id": group_id,
+        "group_state": "Dead",
+        "generation_id": None,
+        "protocol_type": None,
+        "protocol_name": None,
+        "leader_id": None,
+        "members": [],
+        "updated_at_ms": at_ms,
+        "deleted": True,
+    }
+
+
+def _put_uint(out: bytearray, value: int) -> None:
+    """LEB128: 7 bits a byte, low bits first."""
+    if value < 0:
+        raise ValueError(f"coordinator state: cannot encode a negative number ({value})")
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _put_bytes(out: bytearray, data: bytes) -> None:
+    _put_uint(out, len(data))
+    out += data
+
+
+@dataclass(slots=True)
+class _Reader:
+    data: bytes
+    offset: int
+
+    def uint(self) -> int:
+        value = shift = 0
+        while True:
+            if self.offset >= len(self.data):
+                raise ValueError("coordinator state: truncated")
+            byte = self.data[self.offset]
+            self.offset += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+
+    def bytes(self) -> bytes:
+        size = self.uint()
+        end = self.offset + size
+        if end > len(self.data):
+            raise ValueError("coordinator state: truncated")
+        chunk = self.data[self.offset : end]
+        self.offset = end
+        return chunk

@@ -1,0 +1,408 @@
+"""The coordinator runner and shard: clocks, ticks, idempotence, failover, invalid rows, the
+state envelope, and batch independence (any cut into batches gives the rows of one run)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controlplane.core.config import CoordinatorConfig
+from controlplane.core.coordinator.runner import (
+    DECISIONS,
+    GROUP_EVENTS,
+    GROUPS,
+    IDEMPOTENCE_WINDOW,
+    CoordinatorRunner,
+    CoordinatorShard,
+)
+from controlplane.core.runtime import TimedEvent
+
+# No initial delay: a first join completes at the first tick at or after it.
+CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=1_000)
+SESSION_MS = 10_000
+
+Row = dict[str, Any]
+
+
+def event(raw: dict[str, Any]) -> TimedEvent:
+    return TimedEvent(raw, raw.get("event_time_ms"))
+
+
+def join(eid: str, group: str, t: int, member: str = "", **extra: Any) -> TimedEvent:
+    raw = {
+        "event_id": eid,
+        "event_time_ms": t,
+        "type": "join",
+        "group_id": group,
+        "member_id": member,
+        "request_version": 3,
+        "session_timeout_ms": SESSION_MS,
+        "rebalance_timeout_ms": SESSION_MS,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": ""}],
+        "client_id": "c",
+    }
+    raw.update(extra)
+    return event(raw)
+
+
+def sync(
+    eid: str, group: str, t: int, member: str, generation: int, members: Sequence[str] = ()
+) -> TimedEvent:
+    assignments = [{"member_id": m, "assignment": "AAE="} for m in members]
+    return event(
+        {
+            "event_id": eid,
+            "event_time_ms": t,
+            "type": "sync",
+            "group_id": group,
+            "member_id": member,
+            "generation_id": generation,
+            "assignments": assignments,
+        }
+    )
+
+
+def heartbeat(eid: str, group: str, t: int, member: str, generation: int) -> TimedEvent:
+    return event(
+        {
+            "event_id": eid,
+            "event_time_ms": t,
+            "type": "heartbeat",
+            "group_id": group,
+            "member_id": member,
+            "generation_id": generation,
+        }
+    )
+
+
+def describe(eid: str, group: str, t: int) -> TimedEvent:
+    return event({"event_id": eid, "event_time_ms": t, "type": "describe", "group_id": group})
+
+
+def tick(eid: str, t: int, group: str | None = None) -> TimedEvent:
+    raw: dict[str, Any] = {"event_id": eid, "event_time_ms": t, "type": "tick"}
+    if group is not None:
+        raw["group_id"] = group
+    return event(raw)
+
+
+def feed_all(shard: CoordinatorShard, events: Sequence[TimedEvent]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {DECISIONS: [], GROUP_EVENTS: []}
+    for item in events:
+        for table, rows in shard.feed(item).items():
+            out[table].extend(rows)
+    return out
+
+
+def stable_member(shard: CoordinatorShard, group: str, t: int, eid: str = "j1") -> str:
+    """One member joins ``group`` at ``t`` and syncs; returns its member id (generation 1)."""
+    rows = feed_all(shard, [join(eid, group, t), tick(f"{eid}-t", t, group)])
+    answer = next(r for r in rows[DECISIONS] if r["event_id"] == eid)
+    assert answer["error"] == "NONE", answer
+    member = str(answer["member_id"])
+    rows = feed_all(shard, [sync(f"{eid}-s", group, t, member, 1, [member])])
+    assert rows[DECISIONS][-1]["error"] == "NONE"
+    return member
+
+
+def answers(rows: dict[str, list[Row]], event_id: str) -> list[Row]:
+    return [r for r in rows[DECISIONS] if r["event_id"] == event_id]
+
+
+# --- clocks ----------------------------------------------------------------------------------
+
+
+def test_a_group_clock_never_goes_back() -> None:
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 50_000)
+    rows = feed_all(shard, [heartbeat("late", "g", 1_000, member, 1)])
+    (answer,) = answers(rows, "late")
+    assert answer["error"] == "NONE"
+    assert answer["event_time_ms"] == 1_000
+    assert answer["decided_at_ms"] == 50_000
+
+
+def test_each_group_has_its_own_clock() -> None:
+    shard = CoordinatorShard(CONFIG)
+    stable_member(shard, "a", 900_000)
+    rows = feed_all(shard, [describe("d", "b", 1_000), join("jb", "b", 2_000)])
+    assert answers(rows, "d")[0]["decided_at_ms"] == 1_000
+    added = [r for r in rows[GROUP_EVENTS] if r["kind"] == "member_added"]
+    assert [r["at_ms"] for r in added] == [2_000]
+
+
+def test_due_timers_fire_at_their_deadline_before_the_event() -> None:
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    rows = feed_all(shard, [heartbeat("hb", "g", 25_000, member, 1)])
+    removed = [r for r in rows[GROUP_EVENTS] if r["kind"] == "member_removed"]
+    assert [(r["member_id"], r["reason"], r["at_ms"]) for r in removed] == [
+        (member, "session_timeout", SESSION_MS)
+    ]
+    (answer,) = answers(rows, "hb")
+    assert answer["error"] == "UNKNOWN_MEMBER_ID"
+    assert answer["decided_at_ms"] == 25_000
+
+
+def test_tick_with_group_id_ticks_only_that_group() -> None:
+    shard = CoordinatorShard(CONFIG)
+    a = stable_member(shard, "a", 0)
+    b = stable_member(shard, "b", 0)
+    rows = feed_all(shard, [tick("t", 60_000, "a")])
+    assert {r["group_id"] for r in rows[GROUP_EVENTS]} == {"a"}
+    assert shard.group("a") is not None
+    assert not any(m.member_id == a for m in shard.group("a").members)  # type: ignore[union-attr]
+    assert any(m.member_id == b for m in shard.group("b").members)  # type: ignore[union-attr]
+
+
+def test_tick_without_group_id_ticks_every_group() -> None:
+    shard = CoordinatorShard(CONFIG)
+    stable_member(shard, "a", 0)
+    stable_member(shard, "b", 0)
+    rows = feed_all(shard, [tick("t", 60_000)])
+    removed = [r for r in rows[GROUP_EVENTS] if r["kind"] == "member_removed"]
+    assert [r["group_id"] for r in removed] == ["a", "b"]
+    assert all(r["at_ms"] == SESSION_MS for r in removed)
+
+
+def test_tick_of_unknown_group_is_silent() -> None:
+    shard = CoordinatorShard(CONFIG)
+    assert feed_all(shard, [tick("t", 5, "nobody")]) == {DECISIONS: [], GROUP_EVENTS: []}
+    assert shard.encode() is None
+
+
+def test_run_tick_ms_ticks_every_group_at_the_end() -> None:
+    runner = CoordinatorRunner(CONFIG)
+    first = runner.run(None, [join("j", "g", 0)], tick_ms=0)
+    assert [r["error"] for r in first.outputs[DECISIONS]] == ["NONE"]
+    assert first.next_deadline_ms == SESSION_MS
+    member = first.outputs[DECISIONS][0]["member_id"]
+    second = runner.run(first.state, [sync("s", "g", 5, member, 1, [member])], tick_ms=None)
+    assert second.outputs[DECISIONS][0]["error"] == "NONE"
+    third = runner.run(second.state, [], tick_ms=SESSION_MS + 5)
+    kinds = [r["kind"] for r in third.outputs[GROUP_EVENTS]]
+    assert "member_removed" in kinds
+
+
+# --- idempotence ------------------------------------------------------------------------------
+
+
+def test_a_repeated_event_id_is_not_answered_again() -> None:
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    once = feed_all(shard, [heartbeat("hb", "g", 100, member, 1)])
+    again = feed_all(shard, [heartbeat("hb", "g", 200, member, 1)])
+    assert len(answers(once, "hb")) == 1
+    assert again[DECISIONS] == []
+    (dup,) = again[GROUP_EVENTS]
+    assert dup["kind"] == "duplicate_request"
+    assert (dup["event_id"], dup["member_id"], dup["at_ms"]) == ("hb", member, 200)
+
+
+def test_the_window_holds_the_last_64_requests() -> None:
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    feed_all(shard, [heartbeat("first", "g", 1, member, 1)])
+    others = [heartbeat(f"h{i}", "g", 2 + i, member, 1) for i in range(IDEMPOTENCE_WINDOW - 1)]
+    feed_all(shard, others)
+    still = feed_all(shard, [heartbeat("first", "g", 100, member, 1)])
+    assert still[DECISIONS] == []  # 64th most recent: still remembered
+    feed_all(shard, [heartbeat("push", "g", 101, member, 1)])
+    answered = feed_all(shard, [heartbeat("first", "g", 102, member, 1)])
+    assert len(answers(answered, "first")) == 1
+
+
+def test_the_window_survives_encoding() -> None:
+    runner = CoordinatorRunner(CONFIG)
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    result = runner.run(shard.encode(), [heartbeat("j1", "g", 5, member, 1)], None)
+    assert result.outputs[DECISIONS] == []
+    assert [r["kind"] for r in result.outputs[GROUP_EVENTS]] == ["duplicate_request"]
+
+
+# --- failover ---------------------------------------------------------------------------------
+
+
+def test_failover_resets_sessions_before_timers_fire() -> None:
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    state = shard.encode()
+    late = 3_600_000
+    runner = CoordinatorRunner(CONFIG, failover_gap_ms=60_000)
+    result = runner.run(state, [heartbeat("hb", "g", late, member, 1)], None)
+    assert result.outputs[DECISIONS][0]["error"] == "NONE"
+    assert not [r for r in result.outputs[GROUP_EVENTS] if r["kind"] == "member_removed"]
+    assert result.next_deadline_ms == late + SESSION_MS
+
+
+def test_without_failover_the_same_gap_expires_the_member() -> None:
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    result = CoordinatorRunner(CONFIG).run(
+        shard.encode(), [heartbeat("hb", "g", 3_600_000, member, 1)], None
+    )
+    assert result.outputs[DECISIONS][0]["error"] == "UNKNOWN_MEMBER_ID"
+
+
+def test_failover_applies_on_tick_ms_and_only_beyond_the_gap() -> None:
+    shard = CoordinatorShard(CONFIG)
+    stable_member(shard, "g", 0)
+    runner = CoordinatorRunner(CONFIG, failover_gap_ms=60_000)
+    within = runner.run(shard.encode(), [], tick_ms=59_000)
+    assert any(r["kind"] == "member_removed" for r in within.outputs[GROUP_EVENTS])
+    beyond = runner.run(shard.encode(), [], tick_ms=61_000)
+    assert not any(r["kind"] == "member_removed" for r in beyond.outputs[GROUP_EVENTS])
+    assert beyond.next_deadline_ms == 61_000 + SESSION_MS
+
+
+# --- invalid events ---------------------------------------------------------------------------
+
+
+def test_invalid_events_in_the_middle_do_not_stop_the_stream() -> None:
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 1_000)
+    bad_json = TimedEvent({}, None, line="f:9", error="not valid JSON: x", raw="{")
+    bad_field = heartbeat("bad", "g", 2_000, member, 1)
+    bad_field = TimedEvent(dict(bad_field.event, generation_id="1"), 2_000, line="f:10")
+    rows = feed_all(shard, [bad_json, bad_field, heartbeat("ok", "g", 3_000, member, 1), bad_json])
+    codes = [(r["event_id"], r["error_code"], r["decided_at_ms"]) for r in rows[DECISIONS]]
+    assert codes == [(None, 42, 1_000), ("bad", 42, 2_000), ("ok", 0, 3_000), (None, 42, 3_000)]
+    assert rows[DECISIONS][1]["error_message"].startswith("f:10: generation_id: ")
+
+
+def test_an_invalid_event_changes_no_state() -> None:
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    before = shard.group("g")
+    rows = feed_all(shard, [TimedEvent({"type": "heartbeat", "group_id": "g"}, 99_000)])
+    assert rows[DECISIONS][0]["decided_at_ms"] == 99_000
+    assert shard.group("g") == before
+    assert shard.next_deadline_ms() == SESSION_MS
+    later = feed_all(shard, [heartbeat("hb", "g", 5, member, 1)])  # the group's clock is still 0
+    assert (later[DECISIONS][0]["error"], later[DECISIONS][0]["decided_at_ms"]) == ("NONE", 5)
+
+
+# --- the envelope and the groups table ---------------------------------------------------------
+
+
+def test_envelope_round_trip_and_untouched_groups_copied() -> None:
+    shard = CoordinatorShard(CONFIG)
+    stable_member(shard, "a", 0)
+    stable_member(shard, "b", 0)
+    state = shard.encode()
+    assert state is not None
+    assert state[0] == 1
+    again = CoordinatorShard.decode(state, CONFIG)
+    assert again.encode() == state
+    assert again.group_ids == ["a", "b"]
+    assert again.group("a") == shard.group("a")
+    assert again.clock_ms == shard.clock_ms
+    assert again.next_deadline_ms() == shard.next_deadline_ms() == SESSION_MS
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [(b"\x09", "unsupported version 9"), (b"", "unsupported version"), (b"\x01\x05\x01", "trunc")],
+)
+def test_a_corrupt_state_is_a_clear_error(data: bytes, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CoordinatorShard.decode(data, CONFIG)
+
+
+def test_groups_rows_of_touched_groups_with_deleted_flag() -> None:
+    runner = CoordinatorRunner(CONFIG)
+    first = runner.run(None, [join("j", "a", 0), join("k", "b", 0)], tick_ms=0)
+    assert [(r["group_id"], r["deleted"]) for r in first.outputs[GROUPS]] == [
+        ("a", False),
+        ("b", False),
+    ]
+    leave = event(
+        {
+            "event_id": "l",
+            "event_time_ms": 10,
+            "type": "leave",
+            "group_id": "a",
+            "member_id": first.outputs[DECISIONS][0]["member_id"],
+        }
+    )
+    delete = event({"event_id": "d", "event_time_ms": 11, "type": "delete_group", "group_id": "a"})
+    second = runner.run(first.state, [leave, delete, describe("x", "zzz", 12)], tick_ms=None)
+    assert [(r["group_id"], r["deleted"]) for r in second.outputs[GROUPS]] == [("a", True)]
+    assert second.outputs[GROUPS][0]["updated_at_ms"] == 11
+    assert CoordinatorShard.decode(second.state, CONFIG).group_ids == ["b"]
+
+
+def test_no_groups_left_means_no_state() -> None:
+    result = CoordinatorRunner(CONFIG).run(None, [describe("d", "g", 0)], tick_ms=5)
+    assert result.state is None
+    assert result.next_deadline_ms is None
+    assert result.outputs[GROUPS] == []
+
+
+# --- batch independence ------------------------------------------------------------------------
+
+GROUP_IDS = ("g1", "g2", "g3")
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> list[TimedEvent]:
+    """A realistic stream, built against a reference shard so requests use live member ids."""
+    reference = CoordinatorShard(CONFIG)
+    events: list[TimedEvent] = []
+    time_ms = 0
+    for index in range(draw(st.integers(1, 60))):
+        time_ms += draw(st.sampled_from([0, 1, 500, 2_000, 4_000, 20_000]))
+        group_id = draw(st.sampled_from(GROUP_IDS))
+        group = reference.group(group_id)
+        known = [] if group is None else [m.member_id for m in group.members]
+        generation = 0 if group is None else group.generation_id
+        choice = draw(st.integers(0, 9))
+        eid = f"e{index}"
+        if choice == 9 and events:  # a duplicate of an earlier event, sent again later
+            item = draw(st.sampled_from(events))
+        elif choice == 8:
+            item = draw(st.sampled_from([tick(eid, time_ms), tick(eid, time_ms, group_id)]))
+        elif choice == 7:
+            item = TimedEvent({"event_id": eid, "type": "sync"}, None, line=f"x:{index}")
+        elif not known or choice == 0:
+            static = draw(st.sampled_from([None, "i1", "i2"]))
+            item = join(eid, group_id, time_ms, group_instance_id=static)
+        else:
+            member = draw(st.sampled_from(known))
+            if choice in (1, 2):
+                item = sync(eid, group_id, time_ms, member, generation, known)
+            elif choice == 3:
+                item = join(eid, group_id, time_ms, member=member)
+            else:
+                item = heartbeat(eid, group_id, time_ms, member, generation)
+        events.append(item)
+        reference.feed(item)
+    return events
+
+
+def rows_of_one_run(events: list[TimedEvent]) -> dict[str, list[Row]]:
+    result = CoordinatorRunner(CONFIG).run(None, events, tick_ms=None)
+    return {table: list(result.outputs[table]) for table in (DECISIONS, GROUP_EVENTS)}
+
+
+@given(data=st.data(), events=streams())
+def test_any_cut_into_batches_gives_the_rows_of_one_run(
+    data: st.DataObject, events: list[TimedEvent]
+) -> None:
+    expected = rows_of_one_run(events)
+    cuts = sorted(data.draw(st.sets(st.integers(0, len(events)), max_size=8)))
+    runner = CoordinatorRunner(CONFIG)
+    state: bytes | None = None
+    got: dict[str, list[Row]] = {DECISIONS: [], GROUP_EVENTS: []}
+    for start, end in zip([0, *cuts], [*cuts, len(events)], strict=True):
+        result = runner.run(state, events[start:end], tick_ms=None)
+        state = result.state
+        for table in got:
+            got[table].extend(result.outputs[table])
+    assert got == expected
