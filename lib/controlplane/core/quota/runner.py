@@ -25,7 +25,7 @@ from controlplane.core.quota import codec
 from controlplane.core.quota.bucket import Bucket
 from controlplane.core.quota.machine import handle
 from controlplane.core.quota.records import QuotaDecision, ThrottleEvent
-from controlplane.core.quota.resolution import QuotaIndex, build_index
+from controlplane.core.quota.resolution import QuotaIndex, build_index, index_for
 from controlplane.core.quota.wire import Invalid, parse_request
 from controlplane.core.runtime import RunResult, TimedEvent
 
@@ -69,9 +69,14 @@ def _invalid(event: TimedEvent, message: str, tick_ms: int | None) -> QuotaDecis
 class QuotaSession:
     """The buckets of one Spark key (or of a whole replay), fed one event at a time."""
 
-    def __init__(self, config: QuotaConfig, buckets: dict[str, Bucket] | None = None) -> None:
+    def __init__(
+        self,
+        config: QuotaConfig,
+        buckets: dict[str, Bucket] | None = None,
+        index: QuotaIndex | None = None,
+    ) -> None:
         self.config = config
-        self.index: QuotaIndex = build_index(config)
+        self.index: QuotaIndex = index_for(config) if index is None else index
         self.buckets: dict[str, Bucket] = {} if buckets is None else buckets
 
     def feed(self, event: TimedEvent, tick_ms: int | None = None) -> Records:
@@ -120,9 +125,10 @@ class QuotaRunner:
 
     def __init__(self, config: QuotaConfig) -> None:
         self.config = config
+        self.index = build_index(config)  # once per configuration, shared by every key
 
     def session(self, state: bytes | None = None) -> QuotaSession:
-        return QuotaSession(self.config, codec.decode(state))
+        return QuotaSession(self.config, codec.decode(state), self.index)
 
     def run(
         self,
