@@ -186,7 +186,7 @@ def replay_main(
     tables = ", ".join(f"{written[t]} {t}" for t in outputs)
     print(
         f"replay {kind}: read {counts.lines} lines of {args.events} "
-        f"({counts.blank} blank, {counts.unparsed} not a JSON object); wrote {tables} "
+        f"({counts.blank} blank, {counts.unparsed} unparsable); wrote {tables} "
         f"to {args.out}",
         file=sys.stderr,
     )
