@@ -240,3 +240,21 @@ def build_quota_query(
         keyer=QuotaKeyer(settings_source, options.keying, options.shards),
         available_now=available_now,
     )
+
+
+def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
+    """Log one line per batch and append it to ``query_progress`` (engine.progress)."""
+    from controlplane.engine.progress import make_listener
+    from controlplane.io.sinks import choose_writer
+
+    writers: dict[str, Any] = {}
+
+    def writer_for(query_id: str) -> Any:
+        if query_id not in writers:
+            app_id = f"controlplane-progress-{query_id}"
+            writers[query_id] = choose_writer(spark, options.tables_root, app_id, options.writer)
+        return writers[query_id]
+
+    listener = make_listener(writer_for)
+    spark.streams.addListener(listener)
+    return listener

@@ -12,6 +12,7 @@ and lands in ``rejected_events`` instead of disappearing in a Spark JSON reader.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +51,38 @@ def _landing_directory(spark: Any, options: SourceOptions) -> Any:
     elif options.clean_source is CleanSource.DELETE:
         reader = reader.option("cleanSource", "delete")
     frame = reader.load(str(Path(options.path).resolve()))
-    return frame.select(
+    located = frame.select(
         F.col("value").alias("raw"),
         F.col("_metadata.file_path").alias("source"),
         (F.unix_millis(F.col("_metadata.file_modification_time"))).alias("arrival_time_ms"),
-        F.monotonically_increasing_id().alias("seq"),
+        F.col("_metadata.file_block_start").alias("seq"),
         F.lit(None).cast("string").alias("principal"),
     )
+    return located.mapInPandas(number_lines, RAW_SCHEMA)
+
+
+RAW_SCHEMA = "raw string, source string, arrival_time_ms long, seq long, principal string"
+
+
+def number_lines(frames: Iterator[Any]) -> Iterator[Any]:
+    """``seq`` = the block's start byte + the line's index in the block: increasing within a
+    file (a line takes at least one byte, so a later block starts past every earlier index).
+
+    Streaming refuses monotonically_increasing_id, and text files have no row index column;
+    a block's lines reach the task in file order, consecutively.
+    """
+    current: tuple[Any, Any] | None = None
+    index = 0
+    for frame in frames:
+        seqs: list[int] = []
+        for source, start in zip(frame["source"], frame["seq"], strict=True):
+            if (source, start) != current:
+                current, index = (source, start), 0
+            seqs.append(int(start) + index)
+            index += 1
+        out = frame.copy()
+        out["seq"] = seqs
+        yield out
 
 
 def _kafka(spark: Any, options: SourceOptions) -> Any:  # pragma: no cover - needs a cluster
@@ -99,10 +125,11 @@ def _delta(spark: Any, options: SourceOptions) -> Any:  # pragma: no cover - nee
     )
     raw = F.col("raw") if "raw" in frame.columns else F.to_json(F.struct(*frame.columns))
     principal = F.col("principal") if "principal" in frame.columns else F.lit(None)
-    return frame.select(
+    located = frame.select(
         raw.alias("raw"),
         F.lit(options.path).alias("source"),
         F.unix_millis(F.current_timestamp()).alias("arrival_time_ms"),
-        F.monotonically_increasing_id().alias("seq"),
+        F.lit(0).cast("long").alias("seq"),
         principal.cast("string").alias("principal"),
     )
+    return located.mapInPandas(number_lines, RAW_SCHEMA)

@@ -1,0 +1,101 @@
+"""Pieces of the pipeline that need no JVM: line numbering, envelope splitting, options."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from controlplane.core.config import ConfigError, parse_settings
+from controlplane.engine.adapter import METRICS_TABLE
+from controlplane.engine.batch import split_envelopes
+from controlplane.engine.options import CleanSource, Keying, TimeMode, parse_engine_options
+from controlplane.io.sources import number_lines
+
+
+def test_lines_are_numbered_within_each_block_and_stay_increasing_in_a_file() -> None:
+    frame = pd.DataFrame(
+        {
+            "raw": ["a", "b", "c", "d", "e"],
+            "source": ["f1", "f1", "f2", "f1", "f1"],
+            "arrival_time_ms": [1] * 5,
+            "seq": [0, 0, 0, 100, 100],  # f1 split in two blocks, f2 between them
+            "principal": [None] * 5,
+        }
+    )
+    (out,) = list(number_lines(iter([frame])))
+    assert out["seq"].tolist() == [0, 1, 0, 100, 101]
+
+
+def test_envelopes_split_into_tables_and_figures() -> None:
+    envelopes = [
+        ("decisions", json.dumps({"event_id": "a"})),
+        (
+            METRICS_TABLE,
+            json.dumps(
+                {"events": 2, "rejected": 1, "timers_fired": 1, "max_timer_lateness_ms": 40}
+            ),
+        ),
+        ("rejected_events", json.dumps({"raw": "x"})),
+        (
+            METRICS_TABLE,
+            json.dumps(
+                {"events": 1, "rejected": 0, "timers_fired": 1, "max_timer_lateness_ms": 70}
+            ),
+        ),
+    ]
+    tables, figures = split_envelopes(envelopes, 7, 1234)
+    assert tables == {
+        "decisions": [{"event_id": "a", "batch_id": 7, "processed_at_ms": 1234}],
+        "rejected_events": [{"raw": "x", "batch_id": 7, "processed_at_ms": 1234}],
+    }
+    assert figures == {
+        "events": 3,
+        "rejected": 1,
+        "timers_fired": 2,
+        "max_timer_lateness_ms": 70,
+        "keys_called": 2,
+    }
+
+
+def test_engine_options_defaults_and_sections() -> None:
+    settings = parse_settings(
+        {
+            "engine": {"mode": "event_time", "keying": "group", "trigger_interval_ms": 250},
+            "sources": {"coordinator": {"format": "jsonl", "path": "in", "clean_source": "delete"}},
+        }
+    )
+    options = parse_engine_options(settings, "conf.yaml")
+    assert options.mode is TimeMode.EVENT_TIME
+    assert options.keying is Keying.GROUP
+    assert options.trigger_interval_ms == 250
+    assert options.shards == 64
+    assert options.config_path == "conf.yaml"
+    assert options.coordinator_source is not None
+    assert options.coordinator_source.clean_source is CleanSource.DELETE
+    assert options.quota_source is None
+
+
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        ({"keying": "partition"}, "engine.keying: expected one of group, shard"),
+        ({"shards": 0}, "engine.shards: expected an integer >= 1"),
+        ({"trigger_interval_ms": "1s"}, "engine.trigger_interval_ms"),
+        ({"mode": "realtime"}, "engine.mode"),
+        ({"speed": 1}, "engine: unknown key(s) ['speed']"),
+        ({"writer": "spark"}, "engine.writer"),
+    ],
+)
+def test_bad_engine_settings_are_refused_naming_the_key(
+    engine: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_engine_options(parse_settings({"engine": engine}))
+    assert message in str(error.value)
+
+
+def test_a_source_without_path_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"sources\.quota\.path"):
+        parse_engine_options(parse_settings({"sources": {"quota": {"format": "jsonl"}}}))

@@ -1,0 +1,83 @@
+"""The pipeline with a tiny counting runner: processing-time timeouts really fire, bad lines
+reach rejected_events, every batch leaves a query_progress row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.engine.options import EngineOptions, Keying, SourceOptions
+from controlplane.engine.queries import build_query, register_progress_listener
+from engine.fakes import CountingRunner
+from spark.conftest import drop_events, read_table, wait_for
+
+pytestmark = pytest.mark.spark
+
+
+def options_for(tmp_path: Path, keying: Keying = Keying.GROUP) -> EngineOptions:
+    return EngineOptions(
+        trigger_interval_ms=500,
+        keying=keying,
+        shards=4,
+        checkpoint_root=str(tmp_path / "checkpoints"),
+        tables_root=str(tmp_path / "tables"),
+        writer="delta-rs",
+    )
+
+
+def test_timers_fire_without_input_and_bad_lines_are_rejected(spark: Any, tmp_path: Path) -> None:
+    options = options_for(tmp_path)
+    landing = tmp_path / "landing"
+    source = SourceOptions(format="jsonl", path=str(landing), archive_dir=str(tmp_path / "archive"))
+    listener = register_progress_listener(spark, options)
+    writer = build_query(
+        spark,
+        options,
+        source=source,
+        runners=CountingRunner,
+        tables=("decisions", "group_events", "rejected_events"),
+        name="wiring",
+    )
+    drop_events(
+        landing,
+        [
+            {"event_id": "a", "group_id": "g1", "type": "count", "timeout_ms": 2000},
+            {"event_id": "b", "group_id": "g2", "type": "count", "timeout_ms": 600_000},
+            "{this is not json",
+        ],
+    )
+    query = writer.start()
+    tables = tmp_path / "tables"
+    try:
+        fired = wait_for(
+            lambda: read_table(tables / "group_events"), query, what="the g1 timer to fire"
+        )
+        assert [(r["group_id"], r["kind"], r["generation_id"]) for r in fired] == [
+            ("g1", "timer_fired", 1)
+        ]
+        decisions = read_table(tables / "decisions")
+        assert sorted(r["event_id"] for r in decisions) == ["a", "b"]
+        assert fired[0]["at_ms"] == next(
+            r["decided_at_ms"] + 2000 for r in decisions if r["event_id"] == "a"
+        )
+        rejected = read_table(tables / "rejected_events")
+        assert [r["raw"] for r in rejected] == ["{this is not json"]
+        assert rejected[0]["source"].endswith(".jsonl")
+        progress = wait_for(
+            lambda: [r for r in read_table(tables / "query_progress") if r["timers_fired"]],
+            query,
+            what="a progress row counting the fired timer",
+        )
+        assert {r["query"] for r in progress} == {"wiring"}
+        assert progress[0]["max_timer_lateness_ms"] >= 0
+        inputs = read_table(tables / "query_progress")
+        assert sum(r["input_rows"] for r in inputs) == 3
+        assert sum(r["rejected"] for r in inputs) == 1
+        archived = wait_for(lambda: list((tmp_path / "archive").rglob("*.jsonl")), query)
+        assert len(archived) == 1  # cleanSource moved the processed file out of the landing dir
+        assert not list(landing.glob("*.jsonl"))
+    finally:
+        query.stop()
+        spark.streams.removeListener(listener)
