@@ -1,0 +1,86 @@
+"""What the jobs share: argument parsing, the session (local or the cluster's), starting the
+queries and waiting. The jobs themselves are a few lines each (jobs/*.py)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from controlplane.core.config import ConfigError
+from controlplane.engine.options import EngineOptions, parse_engine_options
+from controlplane.settings import load_settings
+
+log = logging.getLogger("controlplane.job")
+
+
+def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", default="conf/local.yaml", help="YAML settings file")
+    parser.add_argument("--tables-root", help="override engine.tables_root (e.g. a Volume path)")
+    parser.add_argument("--checkpoint-root", help="override engine.checkpoint_root")
+    return parser.parse_args(list(argv))
+
+
+def on_databricks() -> bool:
+    return "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+def session_for(options: EngineOptions, app_name: str) -> Any:
+    if on_databricks():  # pragma: no cover - cluster only
+        from pyspark.sql import SparkSession
+
+        from controlplane.engine.session import apply_state_conf
+
+        spark = SparkSession.builder.getOrCreate()
+        apply_state_conf(spark, options.shuffle_partitions)
+        return spark
+    from pathlib import Path
+
+    from controlplane.engine.session import build_local_session
+
+    lib = str(Path(__file__).resolve().parents[2])  # Python workers import the adapter by name
+    paths = [lib, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return build_local_session(app_name, shuffle_partitions=options.shuffle_partitions)
+
+
+def run(argv: Sequence[str], queries: Sequence[str], description: str) -> int:
+    """Parse, build the session, start the named queries ("coordinator", "quota"), await."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = parse_args(argv, description)
+    try:
+        settings = load_settings(args.config)
+        options = parse_engine_options(settings, args.config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    overrides = {"tables_root": args.tables_root, "checkpoint_root": args.checkpoint_root}
+    from dataclasses import replace
+
+    options = replace(options, **{k: v for k, v in overrides.items() if v})
+    from controlplane.engine.queries import (
+        build_coordinator_query,
+        build_quota_query,
+        register_progress_listener,
+    )
+
+    spark = session_for(options, "controlplane-" + "-".join(queries))
+    register_progress_listener(spark, options)
+    builders = {"coordinator": build_coordinator_query, "quota": build_quota_query}
+    started = []
+    for name in queries:
+        writer = builders[name](spark, settings, config_path=args.config, options=options)
+        started.append(writer.start())
+        log.info("started %s", name)
+    try:
+        spark.streams.awaitAnyTermination()
+    except KeyboardInterrupt:
+        log.info("stopping")
+    finally:
+        for query in started:
+            query.stop()
+    failed = [q for q in started if q.exception() is not None]
+    return 1 if failed else 0
