@@ -1,0 +1,519 @@
+"""GroupMember: a consumer-group member with Kafka's classic-protocol client semantics.
+
+* Join (dynamic, or static with ``group.instance.id``), MEMBER_ID_REQUIRED, the leader assigns
+  with the assignor the group chose, sync; on a new assignment the group's committed offsets are
+  fetched so work resumes where the last owner stopped (``auto.offset.reset`` otherwise).
+* KIP-62: a background heartbeat thread keeps the session while the application works;
+  ``max.poll.interval.ms`` is the JoinGroup rebalance timeout; when ``poll()`` is not called
+  within it the thread stops heartbeating and, for a dynamic member only, sends LeaveGroup;
+  the next ``poll()`` rejoins. Static members never send LeaveGroup (poll timeout or close).
+* KIP-41: ``poll()`` returns at most ``max.poll.records`` records (records.Fetcher).
+* Eager rebalance: before rejoining, offsets are committed (auto-commit) and every partition is
+  given up; after sync, positions come from the committed offsets.
+* Every blocking call takes a timeout (else ``default.api.timeout.ms``) fixed at its start;
+  a rebalance that does not finish within a poll's timeout continues at the next poll with the
+  same in-flight request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from controlplane.client import protocol as p
+from controlplane.client.assignors import (
+    BUILTIN_ASSIGNORS,
+    Assignor,
+    TopicPartition,
+    decode_assignment,
+)
+from controlplane.client.clock import Clock
+from controlplane.client.config import ConsumerConfig
+from controlplane.client.records import Fetcher, Record, RecordSource
+from controlplane.client.timeouts import (
+    ClientError,
+    ClientTimeoutError,
+    Deadline,
+    PendingCall,
+    RetriableError,
+    with_retries,
+)
+from controlplane.client.transport import Requester, Stream, Transport
+
+log = logging.getLogger(__name__)
+
+
+class GroupMemberError(ClientError):
+    """A fatal group error (bad configuration, protocol refused, closed)."""
+
+
+class FencedInstanceIdError(GroupMemberError):
+    """Another instance with the same group.instance.id replaced this member."""
+
+
+class CommitFailedError(ClientError):
+    """The commit cannot succeed: the member left the generation (rejoin first)."""
+
+
+class RebalanceInProgressError(CommitFailedError):
+    """The group is rebalancing; the next poll() rejoins, then commit again."""
+
+
+class MemberState(Enum):
+    UNJOINED = "unjoined"
+    REBALANCING = "rebalancing"
+    STABLE = "stable"
+    FENCED = "fenced"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberEvent:
+    at_ms: int
+    kind: str  # joined, assigned, poll_timeout, left, heartbeat_error, commit_failed, fenced, ...
+    detail: str = ""
+
+
+class GroupMember:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        transport: Transport,
+        clock: Clock,
+        source: RecordSource,
+        *,
+        assignors: Sequence[Assignor] | None = None,
+        auto_offset_reset: str = "latest",
+    ) -> None:
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise GroupMemberError("auto.offset.reset: expected earliest or latest")
+        self.config = config
+        self.clock = clock
+        self._source = source
+        self._reset = auto_offset_reset
+        self._requester = Requester(transport, clock, config.client_id)
+        self._fetcher = Fetcher(source, config.max_partition_fetch_records)
+        known = {a.name: a for a in assignors or BUILTIN_ASSIGNORS.values()}
+        missing = [n for n in config.partition_assignment_strategy if n not in known]
+        if missing:
+            raise GroupMemberError(f"partition.assignment.strategy: unknown assignor(s) {missing}")
+        self._assignors = known
+        self._lock = threading.Lock()  # fields shared with the heartbeat thread
+        self._state = MemberState.UNJOINED
+        self._generation = p.NO_GENERATION
+        self._member_id = ""
+        self._rejoin_needed = True
+        self._version = 0  # bumped on every state change the heartbeat thread waits for
+        self._assignment: tuple[TopicPartition, ...] = ()
+        now_ms = clock.now_ms()
+        self._last_poll_ms = now_ms
+        self._last_heartbeat_ms = now_ms
+        self._last_auto_commit_ms = now_ms
+        self._auto_commit: PendingCall | None = None
+        self._inflight: tuple[str, PendingCall] | None = None
+        self._join_prepared = False
+        self._heartbeat_thread: threading.Thread | None = None
+        self.history: list[MemberEvent] = []
+
+    # --- what the application sees -------------------------------------------------------
+
+    @property
+    def state(self) -> MemberState:
+        return self._state
+
+    @property
+    def member_id(self) -> str:
+        return self._member_id
+
+    @property
+    def generation(self) -> p.Generation:
+        return self._generation
+
+    def assignment(self) -> tuple[TopicPartition, ...]:
+        return self._assignment
+
+    def positions(self) -> dict[TopicPartition, int]:
+        return self._fetcher.positions()
+
+    def poll(self, timeout_ms: int) -> list[Record]:
+        """Records of the assigned partitions, at most ``max.poll.records``; rejoins first if
+        needed. Returns [] when the rebalance did not finish within ``timeout_ms``."""
+        self._check_usable()
+        deadline = Deadline.start(self.clock, timeout_ms, self.config.default_api_timeout_ms)
+        self._last_poll_ms = deadline.start_ms
+        self._maybe_auto_commit()
+        while True:
+            if self._needs_rebalance() and not self._rebalance(deadline):
+                return []
+            self._refresh_positions(deadline)
+            records = self._fetcher.poll(self.config.max_poll_records)
+            if records or deadline.expired(self.clock.now_ms()):
+                return records
+            self.clock.wait_for(
+                lambda: self._rejoin_needed or self._closed_or_fenced() or self._fetcher.has_data(),
+                deadline.remaining_ms(self.clock.now_ms()),
+            )
+            self._check_usable()
+
+    def commit(
+        self, offsets: Mapping[TopicPartition, int] | None = None, timeout_ms: int | None = None
+    ) -> None:
+        """Commit ``offsets`` (default: the positions of the records returned so far)."""
+        self._check_usable()
+        deadline = Deadline.start(self.clock, timeout_ms, self.config.default_api_timeout_ms)
+        generation = self._generation
+        if self._state is not MemberState.STABLE or not generation.valid:
+            raise RebalanceInProgressError("not a member of a stable generation: poll() first")
+        to_commit = dict(self._fetcher.positions() if offsets is None else offsets)
+        if not to_commit:
+            return
+
+        def attempt(wait_ms: int) -> None:
+            body = p.commit_body(self.config, generation, to_commit)
+            answer = self._requester.call(Stream.GROUP, body, wait_ms).result()
+            self._check_commit_answer(answer, generation)
+
+        with_retries(
+            self.clock, deadline, self.config.request_timeout_ms, self.config.retry_backoff_ms,
+            attempt, f"commit of {self.config.group_id}",
+        )  # fmt: skip
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Commit (auto-commit), stop heartbeating, leave if dynamic, fail pending calls."""
+        if self._state is MemberState.CLOSED:
+            return
+        deadline = Deadline.start(self.clock, timeout_ms, self.config.default_api_timeout_ms)
+        if self.config.enable_auto_commit and self._state is MemberState.STABLE:
+            try:
+                self.commit(timeout_ms=deadline.remaining_ms(self.clock.now_ms()))
+            except ClientError as error:
+                self._record("commit_failed", str(error))
+        member_id = self._member_id
+        self._set_state(MemberState.CLOSED)
+        if not self.config.is_static and member_id:
+            self._leave(member_id, "the consumer is being closed", deadline)
+        self._requester.close()
+        self._join_heartbeat_thread(deadline)
+
+    def abandon(self) -> None:
+        """Stop as a crashed process would: no commit, no LeaveGroup, no more heartbeats."""
+        self._set_state(MemberState.CLOSED)
+        self._requester.close()
+        self._record("crashed")
+
+    # --- rebalance -------------------------------------------------------------------------
+
+    def _needs_rebalance(self) -> bool:
+        return self._rejoin_needed or self._state is not MemberState.STABLE
+
+    def _rebalance(self, deadline: Deadline) -> bool:
+        """Drive join and sync until Stable (True) or the deadline (False); tried at least once."""
+        first = True
+        while first or not deadline.expired(self.clock.now_ms()):
+            first = False
+            if self._inflight is None:
+                self._prepare_join(deadline)
+                self._send_join("rebalance")
+            assert self._inflight is not None
+            kind, call = self._inflight
+            self.clock.wait_for(
+                self._answered_or_stopped(call),
+                deadline.remaining_ms(self.clock.now_ms()),
+            )
+            self._requester.calls.reap(self.clock.now_ms())
+            self._check_usable()
+            if not call.done:
+                return False
+            self._inflight = None
+            self._requester.transport.forget(call.event_id)
+            try:
+                answer = call.result()
+            except ClientTimeoutError:
+                continue
+            if (self._on_join if kind == "join" else self._on_sync)(answer, deadline):
+                return True
+        return False
+
+    def _prepare_join(self, deadline: Deadline) -> None:
+        """Once per rebalance: commit what was consumed (auto-commit), give up all partitions."""
+        if self._join_prepared:
+            return
+        self._join_prepared = True
+        self._set_state(MemberState.REBALANCING)
+        if self.config.enable_auto_commit and self._generation.valid and self._assignment:
+            try:
+                self._commit_now(deadline)
+            except ClientError as error:
+                self._record("commit_failed", str(error))
+        self._assignment = ()
+        self._fetcher.assign([])
+
+    def _send_join(self, reason: str) -> None:
+        body = p.join_body(self.config, self._member_id, reason)
+        call = self._requester.start(Stream.GROUP, body, self.config.join_request_timeout_ms)
+        self._inflight = ("join", call)
+
+    def _on_join(self, answer: Mapping[str, Any], deadline: Deadline) -> bool:
+        error = p.error_of(answer)
+        if error == "MEMBER_ID_REQUIRED":
+            self._member_id = str(answer.get("member_id") or "")
+            self._send_join("need to re-join with the given member-id")
+            return False
+        if self._handle_error(error, "join", deadline):
+            return False
+        generation = p.Generation(
+            int(answer["generation_id"]), str(answer["member_id"]), answer.get("protocol_name")
+        )
+        with self._lock:
+            self._member_id = generation.member_id
+            self._generation = generation
+        self._record("joined", f"generation {generation.generation_id}")
+        assignments: list[dict[str, str]] = []
+        leader = answer.get("leader_id") == generation.member_id
+        if leader and not answer.get("skip_assignment"):
+            assignor = self._assignors[str(generation.protocol_name)]
+            assignments = p.leader_assignments(answer.get("members") or [], assignor, self._source)
+        body = p.sync_body(self.config, generation, assignments)
+        self._inflight = ("sync", self._requester.start(Stream.GROUP, body, self._sync_wait_ms()))
+        return False
+
+    def _sync_wait_ms(self) -> int:
+        # A follower's SyncGroup is parked until the leader syncs: allow the rebalance timeout.
+        return self.config.join_request_timeout_ms
+
+    def _on_sync(self, answer: Mapping[str, Any], deadline: Deadline) -> bool:
+        error = p.error_of(answer)
+        if self._handle_error(error, "sync", deadline):
+            return False
+        partitions = decode_assignment(answer.get("assignment"))
+        self._assignment = partitions
+        self._fetcher.assign(partitions)
+        with self._lock:
+            self._rejoin_needed = False
+            self._join_prepared = False
+            self._last_heartbeat_ms = self.clock.now_ms()
+        self._set_state(MemberState.STABLE)
+        names = ",".join(f"{tp.topic}-{tp.partition}" for tp in partitions) or "nothing"
+        self._record("assigned", f"generation {self._generation.generation_id}: {names}")
+        self._ensure_heartbeat_thread()
+        return True
+
+    def _handle_error(self, error: str, where: str, deadline: Deadline) -> bool:
+        """Apply an answer's error; True when the step must be redone (a rejoin)."""
+        action = p.action_for(error)
+        if action is p.Action.OK:
+            return False
+        if action is p.Action.FENCED:
+            self._record("fenced", where)
+            self._set_state(MemberState.FENCED)
+            raise FencedInstanceIdError(f"{where}: {error}: group.instance.id taken over")
+        if action is p.Action.FATAL:
+            raise GroupMemberError(f"{where} of {self.config.group_id} failed: {error}")
+        with self._lock:
+            if action is p.Action.RESET_MEMBER:
+                self._member_id = ""
+            if action in (p.Action.RESET_MEMBER, p.Action.RESET_GENERATION):
+                self._generation = p.NO_GENERATION
+        if action is p.Action.RETRY:
+            remaining = deadline.remaining_ms(self.clock.now_ms())
+            self.clock.sleep(min(self.config.retry_backoff_ms, remaining))
+        return True
+
+    def _refresh_positions(self, deadline: Deadline) -> None:
+        """Seek partitions without a position to the group's committed offset (or reset)."""
+        if self._state is not MemberState.STABLE:
+            return
+        missing = [tp for tp in self._fetcher.assignment() if tp not in self._fetcher.positions()]
+        if not missing:
+            return
+        body = p.fetch_body(self.config, self._member_id, missing)
+        wait_ms = deadline.attempt_wait_ms(self.clock.now_ms(), self.config.request_timeout_ms)
+        try:
+            answer = self._requester.call(Stream.GROUP, body, wait_ms).result()
+        except ClientTimeoutError:
+            return  # tried again at the next poll
+        if p.error_of(answer) != "NONE":
+            self._record("offset_fetch_failed", str(answer.get("error")))
+            return
+        committed = p.committed_offsets(answer)
+        for tp in missing:
+            offset = committed.get(tp)
+            if offset is None:
+                offset = 0 if self._reset == "earliest" else self._source.end_offset(tp)
+            self._fetcher.seek(tp, offset)
+
+    # --- commits ---------------------------------------------------------------------------
+
+    def _commit_now(self, deadline: Deadline) -> None:
+        offsets = self._fetcher.positions()
+        if offsets:
+            generation = self._generation
+            body = p.commit_body(self.config, generation, offsets)
+            wait_ms = deadline.attempt_wait_ms(self.clock.now_ms(), self.config.request_timeout_ms)
+            answer = self._requester.call(Stream.GROUP, body, wait_ms).result()
+            self._check_commit_answer(answer, generation)
+
+    def _check_commit_answer(self, answer: Mapping[str, Any], generation: p.Generation) -> None:
+        error = p.error_of(answer)
+        action = p.action_for(error)
+        if action is p.Action.OK:
+            return
+        if action is p.Action.RETRY:
+            raise RetriableError(error)
+        if action is p.Action.REJOIN:
+            with self._lock:
+                self._rejoin_needed = True
+            raise RebalanceInProgressError(f"commit: {error}")
+        if action is p.Action.FENCED:
+            self._set_state(MemberState.FENCED)
+            raise FencedInstanceIdError(f"commit: {error}")
+        with self._lock:
+            if self._generation == generation and action is not p.Action.FATAL:
+                self._rejoin_needed = True
+        raise CommitFailedError(f"commit: {error}")
+
+    def _maybe_auto_commit(self) -> None:
+        """Asynchronous auto-commit at most every auto.commit.interval.ms (as Kafka's poll)."""
+        call = self._auto_commit
+        if call is not None:
+            if not call.done:
+                return
+            self._auto_commit = None
+            self._requester.transport.forget(call.event_id)
+            try:
+                self._check_commit_answer(call.result(), self._generation)
+            except ClientError as error:
+                self._record("commit_failed", str(error))
+        now_ms = self.clock.now_ms()
+        due = now_ms - self._last_auto_commit_ms >= self.config.auto_commit_interval_ms
+        if not (self.config.enable_auto_commit and due and self._state is MemberState.STABLE):
+            return
+        offsets = self._fetcher.positions()
+        if offsets and self._generation.valid:
+            self._last_auto_commit_ms = now_ms
+            body = p.commit_body(self.config, self._generation, offsets)
+            self._auto_commit = self._requester.start(
+                Stream.GROUP, body, self.config.request_timeout_ms
+            )
+
+    # --- the heartbeat thread (KIP-62) ------------------------------------------------------
+
+    def _ensure_heartbeat_thread(self) -> None:
+        if self._heartbeat_thread is None:
+            name = f"heartbeat-{self.config.group_id}-{self.config.client_id}"
+            self._heartbeat_thread = self.clock.spawn(self._heartbeat_loop, name)
+
+    def _heartbeat_loop(self) -> None:
+        interval_ms = self.config.heartbeat_interval_ms
+        while not self._closed_or_fenced():
+            now_ms = self.clock.now_ms()
+            seen = self._version
+            if self._state is not MemberState.STABLE or self._rejoin_needed:
+                self.clock.wait_for(self._changed_since(seen), interval_ms)
+                continue
+            poll_deadline_ms = self._last_poll_ms + self.config.max_poll_interval_ms
+            if now_ms >= poll_deadline_ms:
+                self._on_poll_timeout()
+                continue
+            due_ms = self._last_heartbeat_ms + interval_ms
+            if now_ms >= due_ms:
+                self._send_heartbeat()
+                continue
+            wake_ms = min(due_ms, poll_deadline_ms) - now_ms
+            self.clock.wait_for(self._changed_since(seen), wake_ms)
+
+    def _send_heartbeat(self) -> None:
+        generation = self._generation
+        self._last_heartbeat_ms = self.clock.now_ms()
+        body = p.heartbeat_body(self.config, generation)
+        try:
+            answer = self._requester.call(Stream.GROUP, body, self.config.request_timeout_ms)
+            result = answer.result()
+        except ClientError:
+            return  # timed out or closed: the next interval tries again
+        error = p.error_of(result)
+        action = p.action_for(error)
+        if action is p.Action.OK or action is p.Action.RETRY:
+            return
+        with self._lock:
+            if self._generation != generation:
+                return
+            self._rejoin_needed = True
+            if action is p.Action.RESET_MEMBER:
+                self._member_id = ""
+            if action in (p.Action.RESET_MEMBER, p.Action.RESET_GENERATION):
+                self._generation = p.NO_GENERATION
+        self._record("heartbeat_error", error)
+        if action is p.Action.FENCED:
+            self._set_state(MemberState.FENCED)
+        else:
+            self._bump()
+
+    def _on_poll_timeout(self) -> None:
+        member_id = self._member_id
+        waited_ms = self.clock.now_ms() - self._last_poll_ms
+        with self._lock:
+            self._rejoin_needed = True
+            self._generation = p.NO_GENERATION
+            self._member_id = ""
+        self._set_state(MemberState.UNJOINED)
+        self._record("poll_timeout", f"{waited_ms} ms since the last poll")
+        log.warning("%s: consumer poll timeout has expired", self.config.client_id)
+        if not self.config.is_static and member_id:
+            deadline = Deadline.start(self.clock, self.config.request_timeout_ms, 0)
+            self._leave(member_id, "consumer poll timeout has expired", deadline)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _leave(self, member_id: str, reason: str, deadline: Deadline) -> None:
+        body = p.leave_body(self.config, member_id, reason)
+        wait_ms = deadline.attempt_wait_ms(self.clock.now_ms(), self.config.request_timeout_ms)
+        try:
+            answer = self._requester.call(Stream.GROUP, body, wait_ms).result()
+            self._record("left", f"{reason}: {answer.get('error')}")
+        except ClientError as error:
+            self._record("leave_failed", str(error))
+
+    def _join_heartbeat_thread(self, deadline: Deadline) -> None:
+        thread = self._heartbeat_thread
+        if thread is not None and thread is not threading.current_thread():
+            self.clock.wait_for(
+                lambda: not thread.is_alive(), deadline.remaining_ms(self.clock.now_ms())
+            )
+
+    def _set_state(self, state: MemberState) -> None:
+        with self._lock:
+            self._state = state
+        self._bump()
+
+    def _bump(self) -> None:
+        with self._lock:
+            self._version += 1
+        self.clock.notify()
+
+    def _changed_since(self, seen: int) -> Callable[[], bool]:
+        return lambda: self._version != seen or self._closed_or_fenced()
+
+    def _answered_or_stopped(self, call: PendingCall) -> Callable[[], bool]:
+        return lambda: call.done or self._closed_or_fenced()
+
+    def _closed_or_fenced(self) -> bool:
+        return self._state in (MemberState.CLOSED, MemberState.FENCED)
+
+    def _check_usable(self) -> None:
+        if self._state is MemberState.FENCED:
+            raise FencedInstanceIdError(f"{self.config.group_instance_id}: fenced")
+        if self._state is MemberState.CLOSED:
+            raise GroupMemberError("the member is closed")
+
+    def _record(self, kind: str, detail: str = "") -> None:
+        event = MemberEvent(self.clock.now_ms(), kind, detail)
+        self.history.append(event)
+        log.info("%s/%s %s %s", self.config.group_id, self.config.client_id, kind, detail)
+
+    def events(self, kind: str) -> list[MemberEvent]:
+        return [e for e in self.history if e.kind == kind]

@@ -1,0 +1,209 @@
+"""GroupMember on the real coordinator core (InMemoryTransport) with a virtual clock."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from controlplane.client.assignors import TopicPartition
+from controlplane.client.clock import VirtualClock
+from controlplane.client.config import ConsumerConfig
+from controlplane.client.member import GroupMember, MemberState
+from controlplane.client.records import InMemoryLog, Record
+from controlplane.client.transport_memory import InMemoryTransport
+from controlplane.core.config import CoordinatorConfig, Settings
+
+START_MS = 1_700_000_000_000
+SETTINGS = Settings(coordinator=CoordinatorConfig(group_min_session_timeout_ms=1_000))
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock(START_MS)
+
+
+@pytest.fixture
+def log(clock: VirtualClock) -> InMemoryLog:
+    log = InMemoryLog(clock)
+    log.create_topic("orders", 4)
+    for partition in range(4):
+        log.append("orders", partition, [f"o{partition}-{i}" for i in range(50)])
+    return log
+
+
+@pytest.fixture
+def transport(clock: VirtualClock) -> Iterator[InMemoryTransport]:
+    transport = InMemoryTransport(clock, SETTINGS)
+    yield transport
+    transport.close()
+
+
+def _config(client_id: str, **overrides: object) -> ConsumerConfig:
+    base: dict[str, object] = {
+        "group_id": "g",
+        "topics": ("orders",),
+        "client_id": client_id,
+        "session_timeout_ms": 10_000,
+        "heartbeat_interval_ms": 1_000,
+        "max_poll_interval_ms": 20_000,
+        "max_poll_records": 10,
+    }
+    base.update(overrides)
+    return ConsumerConfig(**base)  # type: ignore[arg-type]
+
+
+def _member(
+    transport: InMemoryTransport,
+    clock: VirtualClock,
+    log: InMemoryLog,
+    client_id: str,
+    **kw: object,
+) -> GroupMember:
+    return GroupMember(
+        _config(client_id, **kw), transport, clock, log, auto_offset_reset="earliest"
+    )
+
+
+class Runner:
+    """Polls a member in a clock thread until stopped, as an application loop would."""
+
+    def __init__(self, clock: VirtualClock, member: GroupMember, poll_ms: int = 500) -> None:
+        self.member = member
+        self.records: list[Record] = []
+        self.stop = threading.Event()
+        self._poll_ms = poll_ms
+        self.thread = clock.spawn(self._run, f"app-{member.config.client_id}")
+
+    def halt(self, clock: VirtualClock) -> None:
+        self.stop.set()
+        assert clock.wait_for(lambda: not self.thread.is_alive(), 5_000)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.records.extend(self.member.poll(self._poll_ms))
+
+
+def _stable(member: GroupMember) -> bool:
+    return member.state is MemberState.STABLE
+
+
+def test_single_member_joins_after_the_initial_delay_and_gets_every_partition(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    member = _member(transport, clock, log, "c1")
+    records = member.poll(10_000)
+    assert member.generation.generation_id == 1
+    assert member.member_id.startswith("c1-")
+    assert member.assignment() == tuple(TopicPartition("orders", p) for p in range(4))
+    assert len(records) == 10
+    assert clock.now_ms() - START_MS == 3_000  # group.initial.rebalance.delay.ms
+    joins = transport.rows("decisions", type="join")
+    assert [r["error"] for r in joins] == ["MEMBER_ID_REQUIRED", "NONE"]
+    join = transport.requests(type="join")[0]
+    assert join["rebalance_timeout_ms"] == 20_000  # KIP-62: max.poll.interval.ms
+    assert join["session_timeout_ms"] == 10_000
+    member.close()
+
+
+def test_two_members_split_the_partitions_and_resume_from_committed_offsets(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    first = _member(transport, clock, log, "c1")
+    for _ in range(3):
+        first.poll(5_000)  # 30 records of partition 0 (round-robin keeps the front partition)
+    first.commit()
+    committed = dict(first.positions())
+    first.close()
+    assert any(e.kind == "left" for e in first.history)
+    second = _member(transport, clock, log, "c2")
+    records = second.poll(10_000)
+    starts = {r.partition: r.offset for r in reversed(records)}
+    for tp, offset in committed.items():
+        if tp.partition in starts:
+            assert starts[tp.partition] == offset
+    assert second.positions()  # it resumed, not restarted
+    assert min(second.positions()[tp] for tp in committed) >= min(committed.values())
+    second.close()
+
+
+def test_heartbeat_thread_keeps_the_session_while_the_application_is_busy(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    member = _member(transport, clock, log, "c1")
+    member.poll(10_000)
+    clock.sleep(15_000)  # busy for longer than the session timeout, within max.poll.interval
+    assert member.state is MemberState.STABLE
+    heartbeats = transport.rows("decisions", type="heartbeat", member_id=member.member_id)
+    assert len(heartbeats) >= 14
+    assert {r["error"] for r in heartbeats} == {"NONE"}
+    assert transport.rows("group_events", kind="member_removed") == []
+    member.close()
+
+
+def test_dynamic_member_exceeding_max_poll_interval_leaves_then_rejoins_on_poll(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    member = _member(transport, clock, log, "c1")
+    member.poll(10_000)
+    old_id, old_generation = member.member_id, member.generation.generation_id
+    clock.sleep(25_000)  # no poll for longer than max.poll.interval.ms (20 s)
+    assert [e.kind for e in member.history].count("poll_timeout") == 1
+    timeout_at = member.events("poll_timeout")[0].at_ms
+    assert timeout_at - START_MS == 20_000  # the last poll() started at START_MS
+    leaves = transport.rows("decisions", type="leave", member_id=old_id)
+    assert len(leaves) == 1
+    assert leaves[0]["decided_at_ms"] == timeout_at
+    removed = transport.rows("group_events", kind="member_removed", member_id=old_id)
+    assert [r["reason"] for r in removed] == ["leave"]
+    member.poll(10_000)  # rejoins as a new member
+    assert member.state is MemberState.STABLE
+    assert member.member_id != old_id
+    assert member.generation.generation_id > old_generation
+    member.close()
+
+
+def test_static_member_exceeding_max_poll_interval_never_sends_leave(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    member = _member(
+        transport, clock, log, "s1", group_instance_id="s-1", session_timeout_ms=30_000
+    )
+    member.poll(10_000)
+    old_id, generation, assignment = member.member_id, member.generation, member.assignment()
+    clock.sleep(25_000)
+    assert len(member.events("poll_timeout")) == 1
+    assert transport.rows("decisions", type="leave") == []
+    member.poll(10_000)  # rejoins with its instance id before the session expires
+    assert member.member_id != old_id
+    assert member.generation.generation_id == generation.generation_id  # no rebalance
+    assert member.assignment() == assignment
+    assert transport.rows("group_events", kind="rebalance_started")[1:] == []
+    member.close()
+    assert transport.rows("decisions", type="leave") == []  # not on close either
+
+
+def test_crashed_member_is_removed_after_its_session_and_the_group_rebalances(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    survivor = Runner(clock, _member(transport, clock, log, "c1"))
+    victim = Runner(clock, _member(transport, clock, log, "c2"))
+
+    def split() -> bool:
+        sizes = [len(r.member.assignment()) for r in (survivor, victim)]
+        return sizes == [2, 2] and _stable(survivor.member) and _stable(victim.member)
+
+    assert clock.wait_for(split, 30_000)
+    victim.halt(clock)
+    victim.member.abandon()
+    crashed_at = clock.now_ms()
+    assert clock.wait_for(lambda: len(survivor.member.assignment()) == 4, 60_000)
+    removed = transport.rows(
+        "group_events", kind="member_removed", member_id=victim.member.member_id
+    )
+    assert [r["reason"] for r in removed] == ["session_timeout"]
+    assert 0 < removed[0]["at_ms"] - crashed_at <= 10_000
+    assert transport.rows("decisions", type="leave") == []
+    survivor.halt(clock)
+    survivor.member.close()
