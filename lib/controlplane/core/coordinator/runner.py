@@ -26,9 +26,10 @@ batch does not touch are copied through without being decoded.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from controlplane.core.config import CoordinatorConfig
@@ -53,20 +54,60 @@ STATE_VERSION: Final = 1
 
 @dataclass(slots=True)
 class _Entry:
-    """One group of the shard. ``group`` is decoded on first use; ``encoded`` is None once the
-    group changed (it is encoded again by ``encode``)."""
+    """One group of the shard, decoded only when a batch needs it.
+
+    ``body`` is the group's encoded idempotence window and group (None once either changed;
+    ``encode`` rebuilds it). ``window`` and ``group`` are filled from it on first use."""
 
     clock_ms: int
     next_deadline_ms: int | None
-    window: deque[str] = field(default_factory=lambda: deque(maxlen=IDEMPOTENCE_WINDOW))
-    group: Group | None = None
-    encoded: bytes | None = None
+    body: bytes | None = None
+    _window: deque[str] | None = None
+    _group: Group | None = None
+
+    @property
+    def window(self) -> deque[str]:
+        if self._window is None:
+            self._load()
+        assert self._window is not None
+        return self._window
 
     def decoded(self) -> Group:
-        if self.group is None:
-            assert self.encoded is not None
-            self.group = codec.decode_group(self.encoded)
-        return self.group
+        if self._group is None:
+            self._load()
+        assert self._group is not None
+        return self._group
+
+    def remember(self, event_id: str) -> None:
+        self.window.append(event_id)
+        self.body = None
+
+    def replace(self, group: Group) -> None:
+        if self._window is None:  # load the window before the body is dropped
+            self._load()
+        self._group = group
+        self.body = None
+
+    def encoded_body(self) -> bytes:
+        if self.body is None:
+            out = bytearray()
+            _put_bytes(out, json.dumps(list(self.window), ensure_ascii=False).encode("utf-8"))
+            out += codec.encode_group(self.decoded())
+            self.body = bytes(out)
+        return self.body
+
+    def _load(self) -> None:
+        if self.body is None:  # a new entry
+            self._window = deque(maxlen=IDEMPOTENCE_WINDOW)
+            return
+        reader = _Reader(self.body, 0)
+        ids = json.loads(reader.bytes().decode("utf-8"))
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise ValueError("coordinator state: a group's idempotence window is not a list of ids")
+        if self._window is None:
+            self._window = deque(ids, maxlen=IDEMPOTENCE_WINDOW)
+        if self._group is None:
+            self._group = codec.decode_group(self.body[reader.offset :])
 
 
 class CoordinatorShard:
@@ -196,7 +237,7 @@ class CoordinatorShard:
                 return
             entry = _Entry(clock_ms=now_ms, next_deadline_ms=None)
             self._entries[group_id] = entry
-        entry.window.append(header.event_id)
+        entry.remember(header.event_id)
         self._apply(group_id, entry, step, rows)
 
     def _apply(self, group_id: str, entry: _Entry, step: machine.Step, rows: Rows) -> None:
@@ -206,8 +247,7 @@ class CoordinatorShard:
             self._deleted_at_ms[group_id] = entry.clock_ms
             return
         self._touched[group_id] = True
-        entry.group = step.group
-        entry.encoded = None
+        entry.replace(step.group)
         entry.next_deadline_ms = machine.next_deadline_ms(step.group)
 
     # --- the envelope --------------------------------------------------------------------------
@@ -220,16 +260,10 @@ class CoordinatorShard:
         _put_uint(out, 0 if self.clock_ms is None else self.clock_ms + 1)
         _put_uint(out, len(self._entries))
         for group_id, entry in self._entries.items():
-            if entry.encoded is None:
-                assert entry.group is not None
-                entry.encoded = codec.encode_group(entry.group)
             _put_bytes(out, group_id.encode("utf-8"))
             _put_uint(out, entry.clock_ms)
             _put_uint(out, 0 if entry.next_deadline_ms is None else entry.next_deadline_ms + 1)
-            _put_uint(out, len(entry.window))
-            for event_id in entry.window:
-                _put_bytes(out, event_id.encode("utf-8"))
-            _put_bytes(out, entry.encoded)
+            _put_bytes(out, entry.encoded_body())
         return bytes(out)
 
     @classmethod
@@ -254,9 +288,7 @@ class CoordinatorShard:
             group_id = reader.bytes().decode("utf-8")
             clock_ms = reader.uint()
             deadline = reader.uint()
-            entry = _Entry(clock_ms, None if deadline == 0 else deadline - 1)
-            entry.window.extend(reader.bytes().decode("utf-8") for _ in range(reader.uint()))
-            entry.encoded = reader.bytes()
+            entry = _Entry(clock_ms, None if deadline == 0 else deadline - 1, reader.bytes())
             shard._entries[group_id] = entry
         if reader.offset != len(data):
             raise ValueError("coordinator state: trailing bytes after the last group")

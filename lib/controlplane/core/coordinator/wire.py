@@ -343,15 +343,16 @@ def _instance_id(obj: Mapping[str, Any], path: str) -> str | None:
 # --- the header and the requests -------------------------------------------------------------
 
 
+_TYPES: Final = {member.value: member for member in RequestType}
+
+
 def _request_type(raw: Mapping[str, Any]) -> RequestType:
     name = _text(raw, "type", "type")
-    try:
-        return RequestType(name)
-    except ValueError:
+    request_type = _TYPES.get(name)
+    if request_type is None:
         known = ", ".join(member.value for member in RequestType)
-        raise WireError(
-            "type", f"unknown request type {name!r} (expected one of {known})"
-        ) from None
+        raise WireError("type", f"unknown request type {name!r} (expected one of {known})")
+    return request_type
 
 
 def _header(raw: Mapping[str, Any], request_type: RequestType) -> Header:
@@ -424,8 +425,9 @@ _USED: Final[Mapping[RequestType, frozenset[str]]] = {
 def _check_unused_fields(raw: Mapping[str, Any], request_type: RequestType) -> None:
     """Type-check the present fields this type does not read, so no bad value passes unseen."""
     used = _USED.get(request_type, frozenset())
-    for name, check in _OPTIONAL_CHECKS.items():
-        if name not in used and raw.get(name) is not None:
+    for name in raw.keys() - used:
+        check = _OPTIONAL_CHECKS.get(name)
+        if check is not None and raw[name] is not None:
             check(raw)
 
 

@@ -1,0 +1,231 @@
+"""Coordinator core benchmark: prints figures, asserts nothing.
+
+    PYTHONPATH=lib python bench/coordinator_bench.py [--groups 10000] [--storm-groups 1000]
+
+* setup: every group gets 10 members (join v3, the join phase completes at a tick, the leader
+  and the followers sync), through the shard (wire parsing + runner + machine);
+* steady heartbeats: one heartbeat from every member of every group, twice, measured two
+  ways: the machine alone (``machine.handle`` on parsed requests) and through the shard
+  (wire dicts parsed, clock rules, idempotence window);
+* rebalance storm: every member of ``--storm-groups`` groups rejoins, then all sync;
+* encoding: the machine's codec on one 10-member Stable group, and the shard envelope.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import platform
+import pstats
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from controlplane.core.config import CoordinatorConfig
+from controlplane.core.coordinator import codec, machine
+from controlplane.core.coordinator.runner import CoordinatorShard
+from controlplane.core.coordinator.wire import parse_request
+from controlplane.core.runtime import TimedEvent
+
+CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=0)
+MEMBERS = 10
+SESSION_MS = 30_000
+T0 = 1_700_000_000_000
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+class Traffic:
+    """Builds wire events with unique ids."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def event(self, kind: str, group: str, t: int, **fields: Any) -> TimedEvent:
+        self.count += 1
+        raw = {"event_id": f"b{self.count}", "event_time_ms": t, "type": kind, "group_id": group}
+        raw.update(fields)
+        return TimedEvent(raw, t)
+
+    def join(self, group: str, t: int, member: str = "") -> TimedEvent:
+        return self.event(
+            "join",
+            group,
+            t,
+            member_id=member,
+            request_version=3,
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=SESSION_MS,
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": "AAEAAAABAAZvcmRlcnM="}],
+            client_id="bench",
+        )
+
+    def sync(self, group: str, t: int, member: str, generation: int, everyone: list[str]):
+        assignments = [{"member_id": m, "assignment": "AAEAAAAB"} for m in everyone]
+        return self.event(
+            "sync", group, t, member_id=member, generation_id=generation, assignments=assignments
+        )
+
+    def heartbeat(self, group: str, t: int, member: str, generation: int) -> TimedEvent:
+        return self.event("heartbeat", group, t, member_id=member, generation_id=generation)
+
+
+def timed(label: str, count: int, run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - start
+    rate = count / seconds if seconds else float("inf")
+    print(f"{label:<58} {count:>9,} requests {seconds:8.2f} s {rate:>12,.0f} req/s")
+    return rate
+
+
+def feed(shard: CoordinatorShard, events: Iterable[TimedEvent]) -> list[dict[str, Any]]:
+    decisions: list[dict[str, Any]] = []
+    for item in events:
+        decisions.extend(shard.feed(item)["decisions"])
+    return decisions
+
+
+def members_of(shard: CoordinatorShard, group_id: str) -> tuple[list[str], int]:
+    group = shard.group(group_id)
+    assert group is not None
+    return [m.member_id for m in group.members], group.generation_id
+
+
+def form_groups(shard: CoordinatorShard, traffic: Traffic, groups: list[str], t: int) -> None:
+    joins = [traffic.join(g, t) for g in groups for _ in range(MEMBERS)]
+    feed(shard, joins)
+    shard.tick(t)  # the join phases complete
+    syncs = []
+    for g in groups:
+        ids, generation = members_of(shard, g)
+        leader = shard.group(g).leader_id  # type: ignore[union-attr]
+        syncs.append(traffic.sync(g, t, str(leader), generation, ids))
+        syncs.extend(traffic.sync(g, t, m, generation, []) for m in ids if m != leader)
+    feed(shard, syncs)
+
+
+def bench(args: argparse.Namespace) -> None:
+    print(f"machine: {os.cpu_count()} CPU(s), {cpu_model()}, Python {platform.python_version()}")
+    shard = CoordinatorShard(CONFIG)
+    traffic = Traffic()
+    groups = [f"group-{i:05d}" for i in range(args.groups)]
+    setup = args.groups * (MEMBERS * 2)
+    timed(
+        f"setup: {args.groups:,} groups x {MEMBERS} (join + sync, shard)",
+        setup,
+        lambda: form_groups(shard, traffic, groups, T0),
+    )
+
+    t = T0 + 3_000
+    beats = [traffic.heartbeat(g, t, m, gen) for g in groups for m, gen in _ids(shard, g)]
+    parsed = [(shard.group(str(e.event["group_id"])), parse_request(e.event)) for e in beats]
+
+    def machine_only() -> None:
+        for group, request in parsed:
+            machine.handle(group, request, t, CONFIG)
+
+    core_rate = timed("steady heartbeats: machine.handle alone", len(parsed), machine_only)
+    shard_rate = timed(
+        "steady heartbeats: shard.feed (wire + runner + machine)",
+        len(beats),
+        lambda: feed(shard, beats),
+    )
+    beats2 = [traffic.heartbeat(g, t + 3_000, m, gen) for g in groups for m, gen in _ids(shard, g)]
+    timed("steady heartbeats, second round: shard.feed", len(beats2), lambda: feed(shard, beats2))
+
+    storm_groups = groups[: args.storm_groups]
+    ts = t + 6_000
+    rejoins = [traffic.join(g, ts, m) for g in storm_groups for m, _ in _ids(shard, g)]
+    storm = timed(
+        f"rebalance storm: {len(storm_groups):,} groups, every member rejoins",
+        len(rejoins),
+        lambda: feed(shard, rejoins),
+    )
+    resyncs = []
+    for g in storm_groups:
+        ids, generation = members_of(shard, g)
+        leader = str(shard.group(g).leader_id)  # type: ignore[union-attr]
+        resyncs.append(traffic.sync(g, ts, leader, generation, ids))
+        resyncs.extend(traffic.sync(g, ts, m, generation, []) for m in ids if m != leader)
+    timed("rebalance storm: every member syncs", len(resyncs), lambda: feed(shard, resyncs))
+
+    encoding(shard, groups[-1])
+    if args.profile:
+        profile(shard, traffic, groups, t + 9_000)
+    print(
+        f"\nsummary: machine {core_rate:,.0f} req/s, shard {shard_rate:,.0f} req/s, "
+        f"storm {storm:,.0f} req/s (one core)"
+    )
+
+
+def _ids(shard: CoordinatorShard, group_id: str) -> list[tuple[str, int]]:
+    ids, generation = members_of(shard, group_id)
+    return [(m, generation) for m in ids]
+
+
+def encoding(shard: CoordinatorShard, group_id: str) -> None:
+    group = shard.group(group_id)
+    assert group is not None
+    rounds = 2_000
+    data = codec.encode_group(group)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        codec.encode_group(group)
+    encode_us = (time.perf_counter() - start) / rounds * 1e6
+    start = time.perf_counter()
+    for _ in range(rounds):
+        codec.decode_group(data)
+    decode_us = (time.perf_counter() - start) / rounds * 1e6
+    print(
+        f"codec, one Stable group of {MEMBERS}: {len(data):,} bytes, "
+        f"encode {encode_us:.1f} us, decode {decode_us:.1f} us"
+    )
+    start = time.perf_counter()
+    envelope = shard.encode()
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    again = CoordinatorShard.decode(envelope, CONFIG).encode()
+    copy = time.perf_counter() - start
+    assert envelope is not None
+    assert again == envelope
+    count = len(shard.group_ids)
+    print(
+        f"shard envelope, {count:,} groups: {len(envelope) / 1e6:.1f} MB, "
+        f"{len(envelope) / count:,.0f} bytes/group; encode after changes "
+        f"{first / count * 1e6:.1f} us/group; decode + re-encode untouched "
+        f"{copy / count * 1e6:.1f} us/group"
+    )
+
+
+def profile(shard: CoordinatorShard, traffic: Traffic, groups: list[str], t: int) -> None:
+    beats = [traffic.heartbeat(g, t, m, gen) for g in groups for m, gen in _ids(shard, g)]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    feed(shard, beats)
+    profiler.disable()
+    print("\nprofile of one heartbeat round through the shard (top 15 by own time):")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=10_000)
+    parser.add_argument("--storm-groups", type=int, default=1_000)
+    parser.add_argument("--profile", action="store_true", help="cProfile a heartbeat round")
+    bench(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
