@@ -149,9 +149,7 @@ def test_s44_static_member_rejoin_with_leader_id_and_known_member_id() -> None:
     h.assert_state(COMPLETING, 2, members={leader})
 
 
-def test_s46_static_rejoin_unknown_member_id_change_of_protocol_selected_protocol_changed() -> (
-    None
-):
+def test_s46_static_rejoin_unknown_member_id_change_of_protocol_selected_protocol_changed() -> None:
     h = CoordinatorHarness()
     leader, _ = static2(h, 10000, 15000)
     new = h.join(iid=FOLLOWER_IID, protocols=RB, rebalance_ms=10000, session_ms=15000)
@@ -184,9 +182,7 @@ def test_s49_static_member_rejoin_as_follower_with_unknown_member_id() -> None:
     assert_sync(h.sync(new.member_id, 1, iid=FOLLOWER_IID), Errors.NONE, "Ag==")
 
 
-def test_s50_static_member_rejoin_as_follower_with_known_member_id_and_no_protocol_change() -> (
-    None
-):
+def test_s50_static_member_rejoin_as_follower_with_known_member_id_and_no_protocol_change() -> None:
     h = CoordinatorHarness()
     leader, follower = static2(h)
     before = h.state

@@ -1,0 +1,291 @@
+"""Rules of §1-§11 the scenarios do not cover: describe, delete_group, versions, member ids,
+the audit trail, answer order, failover, and the groups row."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from controlplane.core.coordinator import machine
+from controlplane.core.coordinator.records import EventKind
+from controlplane.core.coordinator.requests import Header, Heartbeat, Tick
+from controlplane.core.coordinator.state import TimerKind
+from controlplane.core.errors import Errors
+from support.harness import (
+    COMPLETING,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    CoordinatorHarness,
+    assert_join_error,
+    assert_sync,
+    dyn1,
+    dyn1j,
+)
+
+# -- describe and delete_group ----------------------------------------------------------------
+
+
+def test_describe_a_missing_group_is_dead_with_none() -> None:
+    h = CoordinatorHarness()
+    answer = h.describe()
+    assert answer.error is Errors.NONE
+    assert answer.group_state == "Dead"
+    assert answer.group_members == ()
+    assert h.group is None
+
+
+def test_describe_a_stable_group() -> None:
+    h = CoordinatorHarness()
+    a = dyn1(h)
+    h.join(version=4)  # a pending id is not a member
+    answer = h.describe()
+    assert answer.group_state == "Stable"
+    assert answer.generation_id == 1
+    assert answer.protocol_type == "consumer"
+    assert answer.protocol_name == "range"
+    assert answer.leader_id == a
+    assert [(m.member_id, m.assignment, m.offline) for m in answer.group_members or ()] == [
+        (a, "", False)
+    ]
+
+
+def test_describe_outside_stable_and_completing_has_no_protocol_name() -> None:
+    h = CoordinatorHarness()
+    a = dyn1(h)
+    h.join(a)  # the leader's join in Stable rebalances ... and completes at once
+    h.join()  # a new member: PreparingRebalance
+    h.assert_state(PREPARING, 2)
+    answer = h.describe()
+    assert answer.group_state == "PreparingRebalance"
+    assert answer.protocol_name == ""
+    assert all(m.assignment is None for m in answer.group_members or ())
+
+
+def test_delete_group_only_when_empty() -> None:
+    h = CoordinatorHarness()
+    assert h.delete().error is Errors.GROUP_ID_NOT_FOUND
+    a = dyn1(h)
+    assert h.delete().error is Errors.NON_EMPTY_GROUP
+    h.leave([(a, None)])
+    h.assert_state(EMPTY, 2)
+    assert h.delete().error is Errors.NONE
+    assert h.group is None
+    assert [e.reason for e in h.events_of(EventKind.GROUP_DELETED)] == ["delete_group"]
+    assert h.describe().group_state == "Dead"
+
+
+@pytest.mark.parametrize("verb", ["join", "sync", "heartbeat", "leave", "commit", "describe"])
+def test_an_empty_group_id_is_invalid_group_id(verb: str) -> None:
+    h = CoordinatorHarness(group_id="")
+    if verb == "join":
+        assert_join_error(h.join(), Errors.INVALID_GROUP_ID)
+        return
+    if verb == "describe":
+        assert h.describe().error is Errors.INVALID_GROUP_ID
+        return
+    calls = {
+        "sync": lambda: h.sync("m", 1),
+        "heartbeat": lambda: h.heartbeat("m", 1),
+        "leave": lambda: h.leave([("m", None)]),
+        "commit": lambda: h.commit("", -1),
+    }
+    assert calls[verb]().error is Errors.INVALID_GROUP_ID
+    assert h.group is None
+
+
+# -- versions ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("version", "rebalance_ms"), [(0, 9000), (1, None), (None, None)])
+def test_v0_rebalance_timeout_is_the_session_timeout(
+    version: int | None, rebalance_ms: int | None
+) -> None:
+    h = CoordinatorHarness()
+    call = h.join(iid="s", version=version, session_ms=7000, rebalance_ms=rebalance_ms)
+    assert h.member(call.member_id).rebalance_timeout_ms == 7000
+
+
+def test_v4_and_newer_require_a_member_id_for_dynamic_members_only() -> None:
+    h = CoordinatorHarness()
+    assert_join_error(h.join(version=4), Errors.MEMBER_ID_REQUIRED)
+    assert_join_error(h.join(version=None), Errors.MEMBER_ID_REQUIRED)
+    assert h.join(version=3).parked
+    assert h.join(version=9, iid="static").parked
+    h.assert_state(PREPARING, 0)
+
+
+@pytest.mark.parametrize(("version", "top"), [(2, Errors.UNKNOWN_MEMBER_ID), (3, Errors.NONE)])
+def test_leave_v2_and_older_lift_the_member_error_to_the_top(version: int, top: Errors) -> None:
+    h = CoordinatorHarness()
+    dyn1(h)
+    left = h.leave(member_id="not-a-member", version=version)
+    answer = left.answer
+    assert answer is not None
+    assert answer.error is top
+    assert [(r.member_id, r.error_code) for r in answer.member_results or ()] == [
+        ("not-a-member", 25)
+    ]
+
+
+def test_a_single_leave_names_the_member_of_its_header() -> None:
+    h = CoordinatorHarness()
+    a = dyn1(h)
+    assert h.leave(member_id=a, version=1).error is Errors.NONE
+    h.assert_state(EMPTY, 2)
+
+
+def test_generated_member_ids_follow_the_wire_contract() -> None:
+    h = CoordinatorHarness(group_id="g")
+    dynamic = h.join(version=4, client_id="app")
+    anonymous = h.join(version=4)
+    static = h.join(iid="pod-1", client_id="app")
+
+    def suffix(event_id: str) -> uuid.UUID:
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"g/{event_id}")
+
+    for call, prefix in ((dynamic, "app"), (anonymous, "member")):
+        answer = call.answer
+        assert answer is not None
+        assert answer.member_id == f"{prefix}-{suffix(call.event_id)}"
+    assert static.member_id == f"pod-1-{suffix(static.event_id)}"
+    assert h.member_ids() == {static.member_id}
+
+
+# -- max size, pending and new members ---------------------------------------------------------
+
+
+def test_max_size_check_kicks_out_an_existing_member_during_preparing_rebalance() -> None:
+    h = CoordinatorHarness(group_max_size=2)
+    a = dyn1(h)
+    b = h.join(session_ms=5000, rebalance_ms=10000)
+    h.join(a, session_ms=5000, rebalance_ms=10000)
+    h.sync(a, 2)
+    h.sync(b.member_id, 2)
+    h.assert_state(STABLE, 2, members={a, b.member_id})
+    assert h.join(a, session_ms=5000, rebalance_ms=10000).parked  # the leader rebalances
+    c = h.join(session_ms=5000, rebalance_ms=10000)
+    assert c.parked
+    assert h.awaiting_join() == {a, c.member_id}
+    kicked = h.join(b.member_id, session_ms=5000, rebalance_ms=10000)
+    assert_join_error(kicked, Errors.GROUP_MAX_SIZE_REACHED, member_id="")
+    h.assert_state(PREPARING, 2, members={a, c.member_id})  # no completion attempt (Java)
+    removed = h.events_of(EventKind.MEMBER_REMOVED)[-1]
+    assert (removed.member_id, removed.reason) == (b.member_id, "group_max_size")
+    assert h.session_deadline(b.member_id) is not None  # left to fire and find nothing
+    h.advance_to(13000)
+    h.assert_state(COMPLETING, 3, members={a, c.member_id})
+
+
+# -- parked answers, order, audit --------------------------------------------------------------
+
+
+def test_a_parked_answer_carries_its_own_time_and_the_time_it_was_decided() -> None:
+    h = CoordinatorHarness()
+    h.advance_to(100)
+    a = h.join()
+    h.advance_to(3100)
+    answer = a.ok()
+    assert answer.event_time_ms == 100
+    assert answer.decided_at_ms == 3100
+
+
+def test_timer_rows_carry_the_deadline_and_no_event_id() -> None:
+    h = CoordinatorHarness()
+    a = dyn1(h)
+    h.advance_to(20_000)  # A's session expired at 8000
+    removed = h.events_of(EventKind.MEMBER_REMOVED)
+    assert [(e.member_id, e.reason, e.at_ms, e.event_id) for e in removed] == [
+        (a, "session_timeout", 8000, None)
+    ]
+    changes = [(e.state_from, e.state_to, e.at_ms) for e in h.events_of(EventKind.STATE_CHANGED)]
+    assert changes[-2:] == [
+        ("Stable", "PreparingRebalance", 8000),
+        ("PreparingRebalance", "Empty", 8000),
+    ]
+
+
+def test_lifecycle_audit_trail() -> None:
+    h = CoordinatorHarness()
+    a = dyn1j(h, 5000, 5000)
+    kinds = [e.kind for e in h.events]
+    assert kinds == [
+        EventKind.STATE_CHANGED,  # created Empty
+        EventKind.MEMBER_ADDED,
+        EventKind.REBALANCE_STARTED,
+        EventKind.STATE_CHANGED,  # Empty -> PreparingRebalance
+        EventKind.STATE_CHANGED,  # PreparingRebalance -> CompletingRebalance
+        EventKind.GENERATION_COMPLETED,
+    ]
+    added = h.events_of(EventKind.MEMBER_ADDED)[0]
+    assert (added.member_id, added.reason, added.event_id) == (a, "join", "e2")
+    assert h.events_of(EventKind.GENERATION_COMPLETED)[0].generation_id == 1
+
+
+def test_a_fenced_static_member_leaves_a_trace() -> None:
+    h = CoordinatorHarness()
+    old = h.join(iid="I")
+    new = h.join(iid="I")
+    fenced = h.events_of(EventKind.MEMBER_FENCED)
+    assert [(e.member_id, e.group_instance_id, e.reason) for e in fenced] == [
+        (old.member_id, "I", "static_replaced")
+    ]
+    assert new.parked
+
+
+# -- the machine's edges -----------------------------------------------------------------------
+
+
+def test_a_tick_is_not_a_request() -> None:
+    header = Header("t", 0, "g", "", None, None, None, None, None)
+    step = machine.handle(None, Tick(header), 0, CoordinatorHarness().config)
+    assert step == machine.Step(None, (), ())
+
+
+def test_handle_never_changes_its_input() -> None:
+    h = CoordinatorHarness()
+    a = dyn1(h)
+    before = h.state
+    header = Header("x", 3000, "group-id", a, None, None, None, None, None)
+    machine.handle(before, Heartbeat(header, 1), 3000, h.config)
+    assert h.state is before
+    assert h.session_deadline(a) == 8000
+
+
+def test_reset_sessions_restarts_every_session() -> None:
+    h = CoordinatorHarness()
+    a = dyn1(h)
+    step = machine.reset_sessions(h.state, 50_000)
+    assert step.group is not None
+    assert [t.deadline_ms for t in step.group.timers if t.kind is TimerKind.HEARTBEAT] == [55_000]
+    assert [(e.kind, e.reason) for e in step.events] == [
+        (EventKind.STATE_CHANGED, "coordinator_failover")
+    ]
+    assert step.group.member(a) is not None
+
+
+def test_group_row() -> None:
+    h = CoordinatorHarness()
+    a = dyn1(h)
+    row = machine.group_row(h.state, 4000)
+    assert row["group_id"] == "group-id"
+    assert row["group_state"] == "Stable"
+    assert row["generation_id"] == 1
+    assert row["leader_id"] == a
+    assert row["updated_at_ms"] == 4000
+    assert [m["member_id"] for m in row["members"]] == [a]
+
+
+def test_a_follower_sync_with_the_leaders_assignment_map_is_ignored() -> None:
+    h = CoordinatorHarness()
+    a = dyn1j(h, 5000, 5000)
+    b = h.join()
+    h.join(a)
+    h.assert_state(COMPLETING, 2)
+    follower = h.sync(b.member_id, 2, assignments={b.member_id: "Zm9v"})
+    assert follower.parked
+    leader = h.sync(a, 2, assignments={a: "YQ==", "stranger": "eA=="})
+    assert_sync(leader, Errors.NONE, "YQ==")
+    assert_sync(follower, Errors.NONE, "")  # left out by the leader: empty
+    h.assert_state(STABLE, 2)
