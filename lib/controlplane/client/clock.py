@@ -40,6 +40,10 @@ class Clock(Protocol):
         """Start a daemon thread that takes part in this clock's waits."""
         ...
 
+    def join(self, thread: threading.Thread, timeout_ms: int | None) -> bool:
+        """Wait for a spawned thread to end; False if it is still running at the timeout."""
+        ...
+
 
 class RealClock:
     """Wall-clock time and one condition variable shared by every waiter of this clock."""
@@ -63,9 +67,19 @@ class RealClock:
             self._cv.notify_all()
 
     def spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
-        thread = threading.Thread(target=target, name=name, daemon=True)
+        def run() -> None:
+            try:
+                target()
+            finally:
+                self.notify()  # wake whoever waits for this thread to end
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
         thread.start()
         return thread
+
+    def join(self, thread: threading.Thread, timeout_ms: int | None) -> bool:
+        thread.join(None if timeout_ms is None else max(0, timeout_ms) / 1000.0)
+        return not thread.is_alive()
 
 
 class VirtualClockDeadlock(RuntimeError):
@@ -134,6 +148,9 @@ class VirtualClock:
             self._participants.add(thread)
         thread.start()
         return thread
+
+    def join(self, thread: threading.Thread, timeout_ms: int | None) -> bool:
+        return self.wait_for(lambda: not thread.is_alive(), timeout_ms)
 
     def _wait_loop(
         self, me: threading.Thread, predicate: Callable[[], bool], deadline_ms: int | None

@@ -481,9 +481,7 @@ class GroupMember:
     def _join_heartbeat_thread(self, deadline: Deadline) -> None:
         thread = self._heartbeat_thread
         if thread is not None and thread is not threading.current_thread():
-            self.clock.wait_for(
-                lambda: not thread.is_alive(), deadline.remaining_ms(self.clock.now_ms())
-            )
+            self.clock.join(thread, deadline.remaining_ms(self.clock.now_ms()))
 
     def _set_state(self, state: MemberState) -> None:
         with self._lock:

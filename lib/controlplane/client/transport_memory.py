@@ -59,6 +59,7 @@ class InMemoryTransport:
         with self._lock:
             self._closed = True
         self.clock.notify()
+        self.clock.join(self._timers, 5_000)
 
     def rows(self, table: str, **match: Any) -> list[Row]:
         with self._lock:
