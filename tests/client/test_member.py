@@ -107,24 +107,23 @@ def test_single_member_joins_after_the_initial_delay_and_gets_every_partition(
     member.close()
 
 
-def test_two_members_split_the_partitions_and_resume_from_committed_offsets(
+def test_next_owner_resumes_from_the_committed_offsets(
     clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
 ) -> None:
-    first = _member(transport, clock, log, "c1")
-    for _ in range(3):
-        first.poll(5_000)  # 30 records of partition 0 (round-robin keeps the front partition)
+    log.create_topic("payments", 1)
+    log.append("payments", 0, [f"p{i}" for i in range(100)])
+    first = _member(transport, clock, log, "c1", topics=("payments",))
+    offsets = [r.offset for _ in range(3) for r in first.poll(5_000)]
+    assert offsets == list(range(30))
     first.commit()
-    committed = dict(first.positions())
-    first.close()
-    assert any(e.kind == "left" for e in first.history)
-    second = _member(transport, clock, log, "c2")
+    commits = transport.rows("decisions", type="offset_commit")
+    assert commits[-1]["offsets"][0]["offset"] == 30
+    assert len(first.poll(5_000)) + len(first.poll(5_000)) == 20
+    first.close()  # auto-commit on close: 50
+    second = _member(transport, clock, log, "c2", topics=("payments",))
     records = second.poll(10_000)
-    starts = {r.partition: r.offset for r in reversed(records)}
-    for tp, offset in committed.items():
-        if tp.partition in starts:
-            assert starts[tp.partition] == offset
-    assert second.positions()  # it resumed, not restarted
-    assert min(second.positions()[tp] for tp in committed) >= min(committed.values())
+    assert records[0].offset == 50
+    assert [r.offset for r in records] == list(range(50, 60))
     second.close()
 
 
