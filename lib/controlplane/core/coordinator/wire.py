@@ -59,32 +59,10 @@ INT32_MAX: Final = 2**31 - 1
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
 
-KNOWN_FIELDS: Final = frozenset(
-    {
-        "event_id",
-        "event_time_ms",
-        "type",
-        "group_id",
-        "member_id",
-        "group_instance_id",
-        "client_id",
-        "client_host",
-        "request_version",
-        "session_timeout_ms",
-        "rebalance_timeout_ms",
-        "protocol_type",
-        "protocols",
-        "protocol_name",
-        "generation_id",
-        "assignments",
-        "members",
-        "offsets",
-        "topics",
-        "reason",
-        "timeout_ms",
-        "arrival_time_ms",
-    }
-)
+# Fields every request may carry; the type-specific ones are the keys of _OPTIONAL_CHECKS.
+_HEADER_FIELDS: Final = frozenset(
+    {"event_id", "event_time_ms", "type", "group_id", "member_id"}
+) | {"group_instance_id", "request_version", "reason", "timeout_ms", "arrival_time_ms"}
 
 # The newest version of each Kafka API this coordinator speaks (Kafka 4.0); 0 is the oldest.
 MAX_VERSION: Final[Mapping[RequestType, int]] = {
@@ -404,22 +382,17 @@ _OPTIONAL_CHECKS: Final[Mapping[str, Callable[[Mapping[str, Any]], object]]] = {
 
 # The fields each type's builder reads itself; every other present field is only type-checked.
 _USED: Final[Mapping[RequestType, frozenset[str]]] = {
-    RequestType.JOIN: frozenset(
-        {
-            "session_timeout_ms",
-            "rebalance_timeout_ms",
-            "protocol_type",
-            "protocols",
-            "client_id",
-            "client_host",
-        }
-    ),
+    RequestType.JOIN: frozenset({"session_timeout_ms", "rebalance_timeout_ms", "protocol_type"})
+    | {"protocols", "client_id", "client_host"},
     RequestType.SYNC: frozenset({"generation_id", "protocol_type", "protocol_name", "assignments"}),
     RequestType.HEARTBEAT: frozenset({"generation_id"}),
     RequestType.LEAVE: frozenset({"members"}),
     RequestType.OFFSET_COMMIT: frozenset({"generation_id", "offsets"}),
     RequestType.OFFSET_FETCH: frozenset({"topics"}),
 }
+
+
+KNOWN_FIELDS: Final = _HEADER_FIELDS | _OPTIONAL_CHECKS.keys()
 
 
 def _check_unused_fields(raw: Mapping[str, Any], request_type: RequestType) -> None:
