@@ -77,7 +77,8 @@ def parse_row(
     principal = row.get("principal")
     if isinstance(principal, str):  # the source authenticated the writer: that is the user
         event["user"] = principal
-    line = f"{row.get('source')}:{row.get('seq')}"
+    seq = row.get("seq")
+    line = f"{row.get('source')}:{'?' if seq is None else int(seq) + 1}"  # 1-based, as replay
     if mode is TimeMode.EVENT_TIME:
         stamp = event.get("event_time_ms")
         time_ms = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else None
