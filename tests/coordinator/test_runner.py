@@ -238,7 +238,16 @@ def test_failover_resets_sessions_before_timers_fire() -> None:
     result = runner.run(state, [heartbeat("hb", "g", late, member, 1)], None)
     assert result.outputs[DECISIONS][0]["error"] == "NONE"
     assert not [r for r in result.outputs[GROUP_EVENTS] if r["kind"] == "member_removed"]
+    reasons = [(r["reason"], r["at_ms"]) for r in result.outputs[GROUP_EVENTS]]
+    assert ("coordinator_failover", late) in reasons
     assert result.next_deadline_ms == late + SESSION_MS
+    # only the first touch of a batch: a second event in the same batch far later is normal
+    again = runner.run(
+        state,
+        [heartbeat("a", "g", late, member, 1), heartbeat("b", "g", late * 2, member, 1)],
+        None,
+    )
+    assert [r["error"] for r in again.outputs[DECISIONS]] == ["NONE", "UNKNOWN_MEMBER_ID"]
 
 
 def test_without_failover_the_same_gap_expires_the_member() -> None:
@@ -335,6 +344,7 @@ def test_groups_rows_of_touched_groups_with_deleted_flag() -> None:
     second = runner.run(first.state, [leave, delete, describe("x", "zzz", 12)], tick_ms=None)
     assert [(r["group_id"], r["deleted"]) for r in second.outputs[GROUPS]] == [("a", True)]
     assert second.outputs[GROUPS][0]["updated_at_ms"] == 11
+    assert set(second.outputs[GROUPS][0]) == set(first.outputs[GROUPS][0])  # one schema
     assert CoordinatorShard.decode(second.state, CONFIG).group_ids == ["b"]
 
 
@@ -406,3 +416,23 @@ def test_any_cut_into_batches_gives_the_rows_of_one_run(
         for table in got:
             got[table].extend(result.outputs[table])
     assert got == expected
+
+
+@given(data=st.data(), events=streams())
+def test_tick_ms_at_each_batch_end_equals_a_global_tick_there(
+    data: st.DataObject, events: list[TimedEvent]
+) -> None:
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(events)), min_size=1, max_size=5)))
+    runner = CoordinatorRunner(CONFIG)
+    reference: list[TimedEvent] = []
+    state: bytes | None = None
+    got: dict[str, list[Row]] = {DECISIONS: [], GROUP_EVENTS: []}
+    for start, end in zip([0, *cuts[:-1]], cuts, strict=True):
+        batch = events[start:end]
+        tick_ms = max((e.time_ms for e in events[:end] if e.time_ms is not None), default=0)
+        reference.extend([*batch, tick(f"batch-end-{end}", tick_ms)])
+        result = runner.run(state, batch, tick_ms=tick_ms)
+        state = result.state
+        for table in got:
+            got[table].extend(result.outputs[table])
+    assert got == rows_of_one_run(reference)
