@@ -1,0 +1,216 @@
+"""Model-based test: random joins, syncs, heartbeats, leaves, commits, static restarts and clock
+jumps against one group, with the coordinator's invariants checked after every step.
+
+The harness itself checks, at every step, that the state round-trips through the codec and that
+no deadline lies in the past.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from controlplane.core.config import CoordinatorConfig
+from controlplane.core.coordinator.records import EventKind
+from controlplane.core.coordinator.state import GroupPhase, TimerKind
+from controlplane.core.errors import Errors
+from support.harness import ENV, RB, RR, CoordinatorHarness, R
+
+INSTANCES = ("pod-0", "pod-1", "pod-2")
+PROTOCOLS = st.sampled_from((R, RR, RB))
+DELAYS_MS = st.sampled_from((0, 1, 250, 500, 1000, 3000, 5000, 10_000, 300_000))
+SESSIONS_MS = st.sampled_from((500, 1000, 5000))
+ANSWERING = ("join", "sync", "heartbeat", "offset_commit")
+
+
+class CoordinatorMachine(RuleBasedStateMachine):
+    config: CoordinatorConfig = ENV
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = CoordinatorHarness(self.config)
+        self.ids: list[str] = []
+        self.fenced: set[str] = set()
+        self.generation = 0
+        self.seen_decisions = 0
+        self.seen_events = 0
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _pick(self, data: st.DataObject) -> str:
+        return data.draw(st.sampled_from([*self.ids, "stranger"]))
+
+    def _learn(self, member_id: str) -> None:
+        if member_id and member_id not in self.ids:
+            self.ids.append(member_id)
+
+    def _generation(self, data: st.DataObject) -> int:
+        current = self.h.group.generation_id if self.h.group else 0
+        return data.draw(st.sampled_from((current, current - 1, current + 1)))
+
+    # -- rules ---------------------------------------------------------------------------------
+
+    @rule(version=st.sampled_from((3, 4, 9)), protocols=PROTOCOLS, session_ms=SESSIONS_MS)
+    def join_new_dynamic(self, version: int, protocols: tuple, session_ms: int) -> None:
+        call = self.h.join(
+            version=version, protocols=protocols, session_ms=session_ms, rebalance_ms=1000
+        )
+        self._learn(call.member_id)
+
+    @rule(data=st.data(), protocols=PROTOCOLS, session_ms=SESSIONS_MS)
+    def rejoin_known(self, data: st.DataObject, protocols: tuple, session_ms: int) -> None:
+        member_id = self._pick(data)
+        member = self.h.group.member(member_id) if self.h.group else None
+        iid = member.group_instance_id if member else None
+        self.h.join(member_id, iid=iid, protocols=protocols, session_ms=session_ms)
+
+    @rule(
+        iid=st.sampled_from(INSTANCES),
+        version=st.sampled_from((4, 9)),
+        protocols=PROTOCOLS,
+        session_ms=SESSIONS_MS,
+    )
+    def static_restart(self, iid: str, version: int, protocols: tuple, session_ms: int) -> None:
+        call = self.h.join(version=version, iid=iid, protocols=protocols, session_ms=session_ms)
+        self._learn(call.member_id)
+
+    @rule(data=st.data())
+    def sync(self, data: st.DataObject) -> None:
+        member_id = self._pick(data)
+        group = self.h.group
+        member = group.member(member_id) if group else None
+        iid = member.group_instance_id if member else None
+        assignments = {m.member_id: "AQ==" for m in group.members} if group else {}
+        self.h.sync(
+            member_id,
+            self._generation(data),
+            iid=iid,
+            assignments=assignments,
+            protocol_name=None,
+        )
+
+    @rule(data=st.data())
+    def heartbeat(self, data: st.DataObject) -> None:
+        self.h.heartbeat(self._pick(data), self._generation(data))
+
+    @rule(data=st.data(), by_instance=st.booleans())
+    def leave(self, data: st.DataObject, by_instance: bool) -> None:
+        if by_instance:
+            self.h.leave([("", data.draw(st.sampled_from(INSTANCES)))])
+        else:
+            self.h.leave([(self._pick(data), None)])
+
+    @rule(data=st.data())
+    def commit(self, data: st.DataObject) -> None:
+        if data.draw(st.booleans()):
+            self.h.commit("", -1)
+        else:
+            self.h.commit(self._pick(data), self._generation(data))
+
+    @precondition(lambda self: self.h.group is not None)
+    @rule()
+    def describe(self) -> None:
+        answer = self.h.describe()
+        assert answer.group_state == self.h.state.phase.value
+
+    @rule(delay_ms=DELAYS_MS)
+    def advance_clock(self, delay_ms: int) -> None:
+        self.h.sleep(delay_ms)
+
+    # -- invariants ----------------------------------------------------------------------------
+
+    @invariant()
+    def follow_the_trail(self) -> None:
+        for event in self.h.events[self.seen_events :]:
+            if event.kind is EventKind.MEMBER_FENCED and event.member_id:
+                self.fenced.add(event.member_id)
+        self.seen_events = len(self.h.events)
+        for decision in self.h.decisions[self.seen_decisions :]:
+            if decision.error is Errors.MEMBER_ID_REQUIRED:
+                self._learn(decision.member_id)
+            if decision.type in ANSWERING and decision.error is Errors.NONE:
+                assert decision.member_id not in self.fenced, "a fenced id answered as member"
+        self.seen_decisions = len(self.h.decisions)
+
+    @invariant()
+    def every_request_is_answered_at_most_once(self) -> None:
+        ids = [d.event_id for d in self.h.decisions]
+        assert len(ids) == len(set(ids))
+
+    @invariant()
+    def at_most_one_member_per_instance_id(self) -> None:
+        if self.h.group is None:
+            return
+        iids = [m.group_instance_id for m in self.h.state.members if m.group_instance_id]
+        assert len(iids) == len(set(iids))
+
+    @invariant()
+    def the_generation_never_decreases(self) -> None:
+        if self.h.group is None:
+            self.generation = 0  # deleted or expired: a new group starts again
+            return
+        assert self.h.state.generation_id >= self.generation
+        self.generation = self.h.state.generation_id
+
+    @invariant()
+    def every_live_member_has_a_session_or_is_satisfied(self) -> None:
+        if self.h.group is None:
+            return
+        for member in self.h.state.members:
+            timer = self.h.timer(TimerKind.HEARTBEAT, member.member_id)
+            offline = member.offline_since_ms is not None
+            assert timer is not None or member.has_satisfied_heartbeat or offline, member
+
+    @invariant()
+    def the_leader_is_a_member(self) -> None:
+        if self.h.group is None:
+            return
+        group = self.h.state
+        if group.members:
+            assert group.leader_id is not None
+            assert group.member(group.leader_id) is not None
+        else:
+            assert group.leader_id is None
+
+    @invariant()
+    def parked_requests_match_the_phase(self) -> None:
+        if self.h.group is None:
+            return
+        group = self.h.state
+        if any(m.awaiting_join for m in group.members):
+            assert group.phase is GroupPhase.PREPARING_REBALANCE
+        if any(m.awaiting_sync for m in group.members):
+            assert group.phase is GroupPhase.COMPLETING_REBALANCE
+        assert set(group.pending_sync_members) <= {m.member_id for m in group.members}
+        assert not set(group.pending_join_members) & {m.member_id for m in group.members}
+
+    @invariant()
+    def next_deadline_is_not_in_the_past(self) -> None:
+        if self.h.group is not None:
+            deadlines = [t.deadline_ms for t in self.h.state.timers]
+            assert all(d >= self.h.now_ms for d in deadlines)
+
+
+class SmallGroupMachine(CoordinatorMachine):
+    config = CoordinatorConfig(
+        group_min_session_timeout_ms=10,
+        group_max_session_timeout_ms=600000,
+        group_initial_rebalance_delay_ms=500,
+        group_max_size=2,
+        offsets_retention_minutes=1,
+    )
+
+
+class StaticTimeoutsMachine(CoordinatorMachine):
+    config = CoordinatorConfig(
+        group_min_session_timeout_ms=10,
+        group_max_session_timeout_ms=600000,
+        group_initial_rebalance_delay_ms=500,
+        group_static_registration_timeout_ms=20_000,
+        group_static_expansion_timeout_ms=5_000,
+    )
+
+
+TestCoordinator = CoordinatorMachine.TestCase
+TestSmallGroup = SmallGroupMachine.TestCase
+TestStaticTimeouts = StaticTimeoutsMachine.TestCase
