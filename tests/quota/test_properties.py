@@ -196,8 +196,8 @@ def test_differential_against_naive_model(rate: int, s: int, requests: list[Any]
             assert decisions == []
             continue
         (decision,) = decisions
-        assert decision.topics is not None
-        assert [t.error.name == "NONE" for t in decision.topics] == expected[0]
+        assert decision.topic_errors is not None
+        assert [error.name == "NONE" for error in decision.topic_errors] == expected[0]
         assert decision.throttle_time_ms == expected[1]
         bucket = session.buckets[f"user={user}"]
         measured = refill(bucket.tokens, bucket.last_update_ms, time_s * 1000, rate, rate * s)

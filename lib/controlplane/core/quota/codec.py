@@ -4,7 +4,7 @@ Layout (big-endian), schema version 1::
 
     b"QB" | version u8 | bucket count u32 |
     per bucket: key (u32 length + UTF-8) | tokens f64 | last_update_ms i64 | last_record_ms i64 |
-                id count u16 | per id: u32 length + UTF-8
+                id count u16 | id lengths (u32 each) | ids (UTF-8, concatenated)
 
 Doubles are stored as their 8 IEEE bytes, so tokens round-trip bit for bit (negative zero
 included). Buckets are written in key order, so equal states give equal bytes. A version this
@@ -44,7 +44,10 @@ def encode(buckets: Mapping[str, Bucket]) -> bytes:
         parts.append(
             _BODY.pack(bucket.tokens, bucket.last_update_ms, bucket.last_record_ms, len(ids))
         )
-        parts.extend(_text(event_id) for event_id in ids)
+        if ids:
+            encoded = [event_id.encode("utf-8") for event_id in ids]
+            parts.append(struct.pack(f">{len(encoded)}I", *map(len, encoded)))
+            parts.extend(encoded)
     return b"".join(parts)
 
 
@@ -74,6 +77,24 @@ class _Reader:
         self.offset = end
         return value
 
+    def texts(self, count: int) -> tuple[str, ...]:
+        """``count`` strings: their u32 lengths first, then their bytes."""
+        if count == 0:
+            return ()
+        lengths = self.take(struct.Struct(f">{count}I"))
+        values = []
+        for length in lengths:
+            assert isinstance(length, int)
+            end = self.offset + length
+            if end > len(self.data):
+                raise StateCodecError("quota state is truncated")
+            try:
+                values.append(self.data[self.offset : end].decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise StateCodecError(f"quota state holds invalid UTF-8: {exc}") from exc
+            self.offset = end
+        return tuple(values)
+
 
 def decode(data: bytes | None) -> dict[str, Bucket]:
     if not data:
@@ -96,7 +117,7 @@ def decode(data: bytes | None) -> dict[str, Bucket]:
         assert isinstance(id_count, int)
         assert isinstance(last_update_ms, int)
         assert isinstance(last_record_ms, int)
-        ids = tuple(reader.text() for _ in range(id_count))
+        ids = reader.texts(id_count)
         buckets[key] = Bucket(tokens, last_update_ms, last_record_ms, ids)
     if reader.offset != len(reader.data):
         raise StateCodecError("quota state has trailing bytes")

@@ -33,11 +33,15 @@ from controlplane.core.quota.bucket import (
     response_throttle_ms,
     throttle_time_ms,
 )
-from controlplane.core.quota.records import QuotaDecision, ThrottleEvent, TopicResult
+from controlplane.core.quota.records import QuotaDecision, ThrottleEvent
 from controlplane.core.quota.requests import Mode, MutationRequest, TopicMutation, mode_of
 from controlplane.core.quota.resolution import Resolution
 
 RECENT_EVENT_IDS_MAX: Final = 64
+NONE: Final = Errors.NONE
+THROTTLED: Final = Errors.THROTTLING_QUOTA_EXCEEDED
+INVALID: Final = Errors.INVALID_REQUEST
+NO_NAMES: Final[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +62,9 @@ def admit_strict(
     burst: float,
     now_ms: int,
 ) -> Admission:
-    """``StrictControllerMutationQuota.record`` once per topic: checkQuotas, then record."""
+    """``StrictControllerMutationQuota.record`` once per topic: checkQuotas, then record.
+
+    ``min(burst, x)`` is written inline as ``x if x < burst else burst`` (the same value)."""
     admitted: list[bool] = []
     recorded = False
     last_throttle_ms = 0
@@ -66,7 +72,8 @@ def admit_strict(
     last = last_update_ms
     for count in partitions:
         # Sensor.checkQuotas -> TokenBucket.measure: refill, then tokens < 0 is a violation.
-        tokens = min(burst, tokens + rate_per_s * ((now_ms - last) / 1000.0))
+        tokens = tokens + rate_per_s * ((now_ms - last) / 1000.0)
+        tokens = tokens if tokens < burst else burst
         last = now_ms
         if tokens < 0:
             admitted.append(False)
@@ -74,8 +81,10 @@ def admit_strict(
             violation_at_ms = now_ms
             continue
         # Sensor.record(checkQuotas=false) -> TokenBucket.record: refill (no time passed), deduct.
-        tokens = min(burst, tokens + rate_per_s * 0.0)
-        tokens = min(burst, tokens - count)
+        tokens = tokens + rate_per_s * 0.0
+        tokens = tokens if tokens < burst else burst
+        tokens = tokens - count
+        tokens = tokens if tokens < burst else burst
         admitted.append(True)
         recorded = True
     throttle = response_throttle_ms(last_throttle_ms, violation_at_ms, now_ms)
@@ -95,10 +104,13 @@ def admit_permissive(
     violation_at_ms = 0
     last = last_update_ms
     for count in partitions:
-        tokens = min(burst, tokens + rate_per_s * ((now_ms - last) / 1000.0))
+        tokens = tokens + rate_per_s * ((now_ms - last) / 1000.0)
+        tokens = tokens if tokens < burst else burst
         last = now_ms
-        tokens = min(burst, tokens - count)
-        tokens = min(burst, tokens + rate_per_s * 0.0)  # checkQuotas measures (refills) again
+        tokens = tokens - count
+        tokens = tokens if tokens < burst else burst
+        tokens = tokens + rate_per_s * 0.0  # checkQuotas measures (refills) again
+        tokens = tokens if tokens < burst else burst
         if tokens < 0:
             last_throttle_ms = throttle_time_ms(tokens, rate_per_s)
             violation_at_ms = now_ms
@@ -114,6 +126,8 @@ class Step:
 
 
 def duplicated_names(topics: Sequence[TopicMutation]) -> frozenset[str]:
+    if len({topic.name for topic in topics}) == len(topics):
+        return NO_NAMES
     seen: set[str] = set()
     twice: set[str] = set()
     for topic in topics:
@@ -136,7 +150,9 @@ def handle(
         config.controller_quota_validate_only_charged or not request.validate_only
     )
     twice = duplicated_names(request.topics)
-    valid = [topic for topic in request.topics if topic.name not in twice]
+    valid = (
+        [topic for topic in request.topics if topic.name not in twice] if twice else request.topics
+    )
     if not charged:
         decision = _decision(request, resolution, [True] * len(valid), twice, 0, now_ms)
         return Step(bucket, decision, None)
@@ -177,14 +193,14 @@ def _decision(
     throttle_ms: int,
     now_ms: int,
 ) -> QuotaDecision:
-    results: list[TopicResult] = []
-    verdicts = iter(admitted)
-    for topic in request.topics:
-        if topic.name in twice:
-            error = Errors.INVALID_REQUEST
-        else:
-            error = Errors.NONE if next(verdicts) else Errors.THROTTLING_QUOTA_EXCEEDED
-        results.append(TopicResult(topic.name, topic.partitions, error))
+    if twice:
+        verdicts = iter(admitted)
+        errors = tuple(
+            INVALID if topic.name in twice else (NONE if next(verdicts) else THROTTLED)
+            for topic in request.topics
+        )
+    else:
+        errors = tuple(NONE if ok else THROTTLED for ok in admitted)
     return QuotaDecision(
         event_id=request.event_id,
         user=request.user,
@@ -196,7 +212,8 @@ def _decision(
         error=Errors.NONE,
         error_message=None,
         throttle_time_ms=throttle_ms,
-        topics=tuple(results),
+        topics=request.topics,
+        topic_errors=errors,
         event_time_ms=request.event_time_ms,
         decided_at_ms=now_ms,
     )

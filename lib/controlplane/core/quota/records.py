@@ -8,14 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controlplane.core.errors import Errors
-from controlplane.core.quota.requests import Mode
-
-
-@dataclass(frozen=True, slots=True)
-class TopicResult:
-    name: str
-    partitions: int
-    error: Errors
+from controlplane.core.quota.requests import Mode, TopicMutation
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,21 +26,22 @@ class QuotaDecision:
     error: Errors
     error_message: str | None
     throttle_time_ms: int
-    topics: tuple[TopicResult, ...] | None
+    topics: tuple[TopicMutation, ...] | None  # None for a malformed request
+    topic_errors: tuple[Errors, ...] | None  # one per topic, in order
     event_time_ms: int | None
     decided_at_ms: int | None
 
     def to_row(self) -> dict[str, Any]:
         topics = None
-        if self.topics is not None:
+        if self.topics is not None and self.topic_errors is not None:
             topics = [
                 {
                     "name": topic.name,
                     "partitions": topic.partitions,
-                    "error_code": topic.error.code,
-                    "error": topic.error.name,
+                    "error_code": error.value,
+                    "error": error.name,
                 }
-                for topic in self.topics
+                for topic, error in zip(self.topics, self.topic_errors, strict=True)
             ]
         return {
             "event_id": self.event_id,

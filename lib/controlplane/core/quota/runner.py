@@ -61,6 +61,7 @@ def _invalid(event: TimedEvent, message: str, tick_ms: int | None) -> QuotaDecis
         error_message=message,
         throttle_time_ms=0,
         topics=None,
+        topic_errors=None,
         event_time_ms=event_time,
         decided_at_ms=decided_at,
     )
