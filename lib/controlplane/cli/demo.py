@@ -1,0 +1,128 @@
+"""``python -m controlplane demo --config conf/demo.yaml``: the main job, locally.
+
+Starts the coordinator and quota streaming queries on a local Spark session, then a fleet of
+real clients talking to them through the landing directories and the Delta tables:
+
+* ``orders`` (3 dynamic members, range) and ``billing`` (2 dynamic members, round-robin);
+* ``inventory`` (2 static members, ``group.instance.id`` inv-1 and inv-2);
+* ``orders-3`` crashes: removed after its session timeout, the group rebalances;
+* ``billing-2`` stalls longer than ``max.poll.interval.ms``: it leaves, then rejoins on poll;
+* ``inv-2`` restarts: no rebalance, same assignment, resumes from its committed offsets;
+* an admin tool creates topics in bursts: some are throttled (KIP-599) and retried.
+
+It prints progress while it runs, stops by itself, and ends with a summary from SQL over the
+Delta outputs. Timeouts come from the ``client`` section, the story's timing from ``demo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from controlplane.core.config import ConfigError
+
+log = logging.getLogger("controlplane.demo")
+
+GROUPS: dict[str, tuple[str, int, int, bool, str]] = {
+    # group -> (topic, partitions, members, static, assignor)
+    "orders": ("orders", 6, 3, False, "range"),
+    "billing": ("billing", 4, 2, False, "roundrobin"),
+    "inventory": ("inventory", 4, 2, True, "range"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DemoPlan:
+    duration_s: int = 150
+    crash_at_s: int = 40
+    stall_at_s: int = 50
+    stall_s: int = 30
+    restart_at_s: int = 70
+    restart_pause_s: int = 5
+    admin_user: str = "admin"
+    admin_bursts: int = 6
+    admin_interval_s: int = 20
+    topics_per_burst: int = 5
+    partitions_per_topic: int = 6
+    engine_start_timeout_s: int = 300
+
+
+def parse_plan(raw: Any) -> DemoPlan:
+    plan = DemoPlan()
+    if raw is None:
+        return plan
+    names = {f.name for f in fields(DemoPlan)}
+    changes: dict[str, Any] = {}
+    for key, value in dict(raw).items():
+        if key not in names:
+            raise ConfigError(f"demo: unknown key {key!r}")
+        expected = type(getattr(plan, key))
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise ConfigError(f"demo.{key}: expected {expected.__name__}, got {value!r}")
+        changes[key] = value
+    return replace(plan, **changes)
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m controlplane demo", description=__doc__)
+    parser.add_argument("--config", default="conf/demo.yaml")
+    parser.add_argument("--duration-s", type=int, help="override demo.duration_s")
+    parser.add_argument("--keep", action="store_true", help="keep earlier output (no wipe)")
+    parser.add_argument("--verbose", action="store_true", help="log every micro-batch")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = _args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("controlplane.engine", "controlplane.io", "controlplane.client", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.INFO if args.verbose else logging.WARNING)
+    from controlplane.client.config import ClientConfigError, consumer_config
+    from controlplane.engine.options import parse_engine_options
+    from controlplane.settings import load_settings
+
+    try:
+        settings = load_settings(args.config)
+        options = parse_engine_options(settings, args.config)
+        plan = parse_plan(settings.sections.get("demo"))
+        client = dict(settings.sections.get("client") or {})
+        consumer_config("check", client)
+    except (ConfigError, ClientConfigError) as error:
+        print(f"demo: {error}", file=sys.stderr)
+        return 2
+    if args.duration_s is not None:
+        plan = replace(plan, duration_s=args.duration_s)
+    if options.coordinator_source is None or options.quota_source is None:
+        print(
+            "demo: the configuration needs sources.coordinator and sources.quota", file=sys.stderr
+        )
+        return 2
+    if not args.keep:
+        _wipe(options)
+    from controlplane.cli.demo_run import DemoRun
+
+    run = DemoRun(settings, options, plan, client, args.config)
+    return run.execute()
+
+
+def _wipe(options: Any) -> None:
+    """Start from nothing: remove the demo's own directories (only relative paths under out/)."""
+    paths = [options.tables_root, options.checkpoint_root]
+    for source in (options.coordinator_source, options.quota_source):
+        paths += [source.path, source.archive_dir or f"{source.path.rstrip('/')}-archive"]
+    for text in paths:
+        path = Path(text)
+        if path.is_absolute() or not path.parts or path.parts[0] != "out":
+            log.warning("not wiping %s (only relative paths under out/ are wiped)", path)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def elapsed_s(started: float) -> int:
+    return int(time.monotonic() - started)

@@ -1,0 +1,318 @@
+"""One run of the demo: the engine, the fleet, the timeline, the story and the summary."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from controlplane.cli.demo import GROUPS, DemoPlan, elapsed_s, log
+from controlplane.cli.demo_fleet import AdminTool, MemberApp, Producer
+from controlplane.cli.demo_summary import print_summary, run_sql
+from controlplane.client.admin import AdminClient
+from controlplane.client.assignors import TopicPartition
+from controlplane.client.clock import RealClock
+from controlplane.client.config import AdminConfig, consumer_config
+from controlplane.client.records import InMemoryLog
+from controlplane.client.transport import Requester, Stream
+from controlplane.client.transport_files import FileTransport
+from controlplane.core.config import Settings
+
+
+class DemoRun:
+    def __init__(
+        self,
+        settings: Settings,
+        options: Any,
+        plan: DemoPlan,
+        client: dict[str, Any],
+        config_path: str,
+    ) -> None:
+        self.settings = settings
+        self.options = options
+        self.plan = plan
+        self.client = client
+        self.config_path = config_path
+        self.clock = RealClock()
+        self.log = InMemoryLog(self.clock)
+        self.apps: dict[str, MemberApp] = {}
+        self.retired: list[MemberApp] = []
+        self.story: list[str] = []
+        self.restart: dict[str, Any] = {}
+        self.queries: list[Any] = []
+        self.spark: Any = None
+        self.transport: FileTransport | None = None
+        self.started = time.monotonic()
+
+    # --- the run ---------------------------------------------------------------------------
+
+    def execute(self) -> int:
+        try:
+            self._start_engine()
+            self.transport = self._transport()
+            if not self._await_engine():
+                return 1
+            self._run_fleet()
+        except KeyboardInterrupt:
+            print("interrupted: stopping")
+        finally:
+            self._stop_engine()
+        self._tell_story()
+        print_summary(self.options.tables_root, self.config_path)
+        return 0
+
+    def _start_engine(self) -> None:
+        from controlplane.engine.launch import session_for
+        from controlplane.engine.queries import (
+            build_coordinator_query,
+            build_quota_query,
+            register_progress_listener,
+        )
+
+        self._say("starting Spark (local[2]) and the coordinator and quota queries")
+        self.spark = session_for(self.options, "controlplane-demo")
+        register_progress_listener(self.spark, self.options)
+        for build in (build_coordinator_query, build_quota_query):
+            writer = build(
+                self.spark, self.settings, config_path=self.config_path, options=self.options
+            )
+            self.queries.append(writer.start())
+
+    def _transport(self) -> FileTransport:
+        landing = {
+            Stream.GROUP: self.options.coordinator_source.path,
+            Stream.QUOTA: self.options.quota_source.path,
+        }
+        return FileTransport(self.clock, landing, self.options.tables_root)
+
+    def _await_engine(self) -> bool:
+        """Send a describe and wait for its answer: the first micro-batch is the slowest."""
+        assert self.transport is not None
+        self._say("waiting for the first micro-batch (a describe request and its answer)")
+        requester = Requester(self.transport, self.clock, "demo-ping")
+        body = {"type": "describe", "group_id": "orders"}
+        call = requester.start(Stream.GROUP, body, self.plan.engine_start_timeout_s * 1000)
+        while not call.done:
+            self.clock.wait_for(lambda: call.done, 5_000)
+            requester.calls.reap(self.clock.now_ms())
+            if self._failed_query():
+                return False
+            if not call.done:
+                self._say("... engine warming up")
+        try:
+            call.result()
+        except Exception as error:
+            print(f"demo: the engine did not answer: {error}")
+            return False
+        self._say(f"engine answered its first request after {elapsed_s(self.started)} s")
+        return True
+
+    def _run_fleet(self) -> None:
+        assert self.transport is not None
+        for topic, partitions, _, _, _ in GROUPS.values():
+            self.log.create_topic(topic, partitions)
+        producer = Producer(self.clock, self.log, {t: n for t, n, *_ in GROUPS.values()})
+        for group, (topic, _, count, static, assignor) in GROUPS.items():
+            for index in range(1, count + 1):
+                self._start_member(group, topic, index, static, assignor)
+        admin = self._admin_tool()
+        fleet_started = time.monotonic()
+        timeline = self._timeline()
+        next_progress = 0
+        while (now_s := elapsed_s(fleet_started)) < self.plan.duration_s:
+            while timeline and timeline[0][0] <= now_s:
+                timeline.pop(0)[1]()
+            if now_s >= next_progress:
+                self._progress(now_s, admin, producer)
+                next_progress = now_s + 5
+            if self._failed_query():
+                break
+            self.clock.sleep(500)
+        self._say("time is up: closing the fleet")
+        producer.stop()
+        admin.stop(30_000)
+        for app in self.apps.values():
+            app.close(20_000)
+        self.admin_totals = admin.totals
+        self.fleet_apps = list(self.apps.values()) + self.retired
+
+    def _timeline(self) -> list[tuple[int, Callable[[], None]]]:
+        plan = self.plan
+        events: list[tuple[int, Callable[[], None]]] = [
+            (plan.crash_at_s, self._crash),
+            (plan.stall_at_s, self._stall),
+            (plan.restart_at_s, self._stop_static),
+            (plan.restart_at_s + plan.restart_pause_s, self._start_static),
+        ]
+        return sorted(events, key=lambda e: e[0])
+
+    # --- the fleet -------------------------------------------------------------------------
+
+    def _start_member(
+        self, group: str, topic: str, index: int, static: bool, assignor: str
+    ) -> None:
+        assert self.transport is not None
+        name = f"{group}-{index}"
+        props = {**self.client, "partition.assignment.strategy": [assignor]}
+        config = replace(
+            consumer_config(group, props),
+            topics=(topic,),
+            client_id=name,
+            group_instance_id=f"inv-{index}" if static else None,
+        )
+        self.apps[name] = MemberApp(name, config, self.transport, self.clock, self.log).start()
+
+    def _admin_tool(self) -> AdminTool:
+        assert self.transport is not None
+        config = AdminConfig(
+            user=self.plan.admin_user,
+            client_id="admin-tool",
+            request_timeout_ms=int(self.client.get("request.timeout.ms", 30_000)),
+            default_api_timeout_ms=int(self.client.get("default.api.timeout.ms", 60_000)),
+        )
+        return AdminTool(
+            self.clock,
+            AdminClient(config, self.transport, self.clock),
+            bursts=self.plan.admin_bursts,
+            topics_per_burst=self.plan.topics_per_burst,
+            partitions=self.plan.partitions_per_topic,
+            interval_ms=self.plan.admin_interval_s * 1000,
+        )
+
+    def _crash(self) -> None:
+        app = self.apps["orders-3"]
+        self.restart["crashed_id"] = app.member.member_id
+        app.crash()
+        self._say(f"orders-3 CRASHES (member {app.member.member_id}): no LeaveGroup, no commit")
+
+    def _stall(self) -> None:
+        app = self.apps["billing-2"]
+        app.stall(self.plan.stall_s * 1000)
+        self._say(
+            f"billing-2 STALLS for {self.plan.stall_s} s (max.poll.interval.ms = "
+            f"{app.member.config.max_poll_interval_ms} ms): it should leave, then rejoin"
+        )
+
+    def _stop_static(self) -> None:
+        app = self.apps.pop("inventory-2")
+        self.restart.update(
+            before_assignment=app.member.assignment(),
+            before_generation=app.member.generation.generation_id,
+        )
+        app.close(20_000)
+        self.restart["committed"] = dict(app.member.positions())
+        self.retired.append(app)
+        self._say("inventory-2 (static, inv-2) STOPS for a restart: commits, sends no LeaveGroup")
+
+    def _start_static(self) -> None:
+        self._start_member("inventory", "inventory", 2, True, "range")
+        self._say("inventory-2 (static, inv-2) RESTARTS with the same group.instance.id")
+
+    # --- progress and story ----------------------------------------------------------------
+
+    def _progress(self, now_s: int, admin: AdminTool, producer: Producer) -> None:
+        parts = []
+        for group in GROUPS:
+            apps = [a for n, a in self.apps.items() if n.startswith(group + "-")]
+            generations = {a.member.generation.generation_id for a in apps if a.stable}
+            stable = sum(1 for a in apps if a.stable)
+            consumed = sum(a.consumed for a in apps)
+            gen = ",".join(str(g) for g in sorted(generations)) or "-"
+            parts.append(f"{group}: gen {gen} {stable}/{len(apps)} stable {consumed:,} rec")
+        totals = admin.totals
+        parts.append(
+            f"admin: {totals.created}/{totals.requested} topics, {totals.retried_topics} retried"
+        )
+        print(f"[{now_s:4d}s] " + " | ".join(parts), flush=True)
+
+    def _tell_story(self) -> None:
+        apps = getattr(self, "fleet_apps", None)
+        if apps is None:
+            return
+        print("\n=== What happened (client side, checked against the tables) ===")
+        by_name: dict[str, list[MemberApp]] = {}
+        for app in apps:
+            by_name.setdefault(app.name, []).append(app)
+        self._story_crash()
+        self._story_stall(by_name.get("billing-2", []))
+        self._story_restart(by_name.get("inventory-2", []))
+        totals = self.admin_totals
+        print(
+            f"- admin tool: {totals.created} of {totals.requested} topics created, "
+            f"{totals.retried_topics} needed a retry after THROTTLING_QUOTA_EXCEEDED, "
+            f"{totals.failed} failed"
+        )
+        errors = [f"{a.name}: {a.error}" for a in apps if a.error]
+        if errors:
+            print("- client errors: " + "; ".join(errors))
+
+    def _story_crash(self) -> None:
+        crashed = self.restart.get("crashed_id")
+        if not crashed:
+            return
+        rows = self._sql(
+            "SELECT reason, at_ms FROM group_events WHERE kind = 'member_removed'"
+            f" AND member_id = '{crashed}'"
+        )
+        reasons = ", ".join(str(r["reason"]) for r in rows) or "not removed (yet)"
+        print(f"- orders-3 crashed: the coordinator removed it: {reasons}")
+
+    def _story_stall(self, apps: list[MemberApp]) -> None:
+        for app in apps:
+            kinds = [e.kind for e in app.member.history]
+            timeout = "poll_timeout" in kinds
+            left = "left" in kinds[kinds.index("poll_timeout") :] if timeout else False
+            rejoined = timeout and "assigned" in kinds[kinds.index("poll_timeout") :]
+            print(
+                f"- billing-2 stalled: poll timeout {_yes(timeout)}, sent LeaveGroup {_yes(left)},"
+                f" rejoined on its next poll {_yes(rejoined)}"
+            )
+
+    def _story_restart(self, apps: list[MemberApp]) -> None:
+        if len(apps) < 2 or "before_assignment" not in self.restart:
+            return
+        after = apps[-1]
+        same = tuple(after.member.assignment()) == tuple(self.restart["before_assignment"])
+        committed: dict[TopicPartition, int] = self.restart["committed"]
+        resumed = all(after.first_offsets.get(tp, off) == off for tp, off in committed.items())
+        print(
+            f"- inventory-2 restarted (static): same assignment {_yes(same)}, generation "
+            f"{self.restart['before_generation']} -> {after.member.generation.generation_id}, "
+            f"resumed from its committed offsets {_yes(resumed)}"
+        )
+
+    def _sql(self, sql: str) -> list[dict[str, Any]]:
+        try:
+            return run_sql(self.options.tables_root, sql)
+        except Exception as error:
+            log.warning("query failed: %s", error)
+            return []
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _failed_query(self) -> bool:
+        for query in self.queries:
+            if query.exception() is not None:
+                print(f"demo: query {query.name} failed: {query.exception()}")
+                return True
+        return False
+
+    def _stop_engine(self) -> None:
+        if self.transport is not None:
+            self.clock.sleep(3 * self.options.trigger_interval_ms + 3_000)  # the last answers
+            self.transport.close()
+        for query in self.queries:
+            try:
+                query.stop()
+            except Exception as error:  # already failed: reported above
+                log.warning("stopping %s: %s", query.name, error)
+        if self.spark is not None:
+            self.spark.stop()
+
+    def _say(self, text: str) -> None:
+        print(f"[{elapsed_s(self.started):4d}s] {text}", flush=True)
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "NO"
