@@ -346,6 +346,10 @@ def test_groups_rows_of_touched_groups_with_deleted_flag() -> None:
     assert second.outputs[GROUPS][0]["updated_at_ms"] == 11
     assert set(second.outputs[GROUPS][0]) == set(first.outputs[GROUPS][0])  # one schema
     assert CoordinatorShard.decode(second.state, CONFIG).group_ids == ["b"]
+    quiet = runner.run(second.state, [], tick_ms=20)  # nothing due: no row rewritten
+    assert quiet.outputs[GROUPS] == []
+    expired = runner.run(second.state, [], tick_ms=SESSION_MS + 20)
+    assert [(r["group_id"], r["deleted"]) for r in expired.outputs[GROUPS]] == [("b", False)]
 
 
 def test_no_groups_left_means_no_state() -> None:

@@ -118,7 +118,10 @@ class CoordinatorShard:
         self.failover_gap_ms = failover_gap_ms
         self.clock_ms: int | None = None  # the latest time the shard has seen
         self._entries: dict[str, _Entry] = {}
-        self._touched: dict[str, bool] = {}  # this batch: group id -> existed at some point
+        # this batch: groups a request or timer reached (id -> existed at some point), groups
+        # whose clock was checked for a failover gap, and when groups ceased to exist
+        self._touched: dict[str, bool] = {}
+        self._visited: set[str] = set()
         self._deleted_at_ms: dict[str, int] = {}
 
     # --- batches -----------------------------------------------------------------------------
@@ -126,10 +129,13 @@ class CoordinatorShard:
     def begin_batch(self) -> None:
         """Forget which groups the previous batch touched (failover and ``groups`` rows)."""
         self._touched.clear()
+        self._visited.clear()
         self._deleted_at_ms.clear()
 
     def group_rows(self) -> list[Row]:
-        """The ``groups`` row of every group this batch touched that exists or ceased to."""
+        """The ``groups`` row of every group a request or a timer reached in this batch, with
+        ``deleted`` true for one that ceased to exist. A tick that fires nothing changes no row,
+        so a batch-time tick over a large shard does not rewrite every group's row."""
         rows: list[Row] = []
         for group_id, existed in self._touched.items():
             entry = self._entries.get(group_id)
@@ -206,8 +212,8 @@ class CoordinatorShard:
         if entry is None:
             return None
         now_ms = max(entry.clock_ms, time_ms)
-        first_touch = group_id not in self._touched
-        self._touched[group_id] = True
+        first_touch = group_id not in self._visited
+        self._visited.add(group_id)
         gap = self.failover_gap_ms
         if first_touch and gap is not None and now_ms - entry.clock_ms > gap:
             self._apply(group_id, entry, machine.reset_sessions(entry.decoded(), now_ms), rows)
@@ -242,11 +248,11 @@ class CoordinatorShard:
 
     def _apply(self, group_id: str, entry: _Entry, step: machine.Step, rows: Rows) -> None:
         _emit(step, rows)
+        self._touched[group_id] = True
         if step.group is None:
             del self._entries[group_id]
             self._deleted_at_ms[group_id] = entry.clock_ms
             return
-        self._touched[group_id] = True
         entry.replace(step.group)
         entry.next_deadline_ms = machine.next_deadline_ms(step.group)
 
