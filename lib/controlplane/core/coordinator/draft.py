@@ -9,6 +9,7 @@ member add/remove, transitions, keyed timers, and the rows the step emits.
 from __future__ import annotations
 
 import dataclasses
+from operator import attrgetter
 
 from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator import answers
@@ -22,6 +23,8 @@ from controlplane.core.coordinator.state import (
     TimerKind,
 )
 from controlplane.core.errors import Errors
+
+_TIMER_ORDER = attrgetter("deadline_ms", "seq")
 
 # CGS:123-129: the states each state may be entered from.
 VALID_PREVIOUS: dict[GroupPhase, frozenset[GroupPhase]] = {
@@ -56,9 +59,8 @@ class Draft:
             (t.kind, t.member_id): t for t in group.timers
         }
         self.timer_seq = group.timer_seq
-        self.offsets: dict[tuple[str, int], StoredOffset] = {
-            (o.topic, o.partition): o for o in group.offsets
-        }
+        self._frozen_offsets = group.offsets
+        self._offsets: dict[tuple[str, int], StoredOffset] | None = None
         self.empty_since_ms = group.empty_since_ms
         self.last_commit_ms = group.last_commit_ms
         self.expansion_queue: dict[str, Member] = {m.member_id: m for m in group.expansion_queue}
@@ -84,13 +86,27 @@ class Draft:
             pending_join_members=tuple(self.pending_join),
             pending_sync_members=tuple(self.pending_sync),
             new_member_added=self.new_member_added,
-            timers=tuple(sorted(self.timers.values(), key=lambda t: (t.deadline_ms, t.seq))),
+            timers=tuple(sorted(self.timers.values(), key=_TIMER_ORDER)),
             timer_seq=self.timer_seq,
-            offsets=tuple(self.offsets.values()),
+            offsets=self._frozen_offsets
+            if self._offsets is None
+            else tuple(self._offsets.values()),
             empty_since_ms=self.empty_since_ms,
             last_commit_ms=self.last_commit_ms,
             expansion_queue=tuple(self.expansion_queue.values()),
         )
+
+    def _thawed_offsets(self) -> tuple[StoredOffset, ...]:
+        if self._offsets is None:
+            return self._frozen_offsets
+        return tuple(self._offsets.values())
+
+    @property
+    def offsets(self) -> dict[tuple[str, int], StoredOffset]:
+        """Thawed on first use: most requests never touch the offsets."""
+        if self._offsets is None:
+            self._offsets = {(o.topic, o.partition): o for o in self._frozen_offsets}
+        return self._offsets
 
     # -- rows ---------------------------------------------------------------------------------
 

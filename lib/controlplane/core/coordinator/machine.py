@@ -46,6 +46,8 @@ def next_deadline_ms(group: Group) -> int | None:
 
 def fire_due(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:
     """Fire every timer due at ``now_ms`` in (deadline, sequence) order, each at its deadline."""
+    if not group.timers or group.timers[0].deadline_ms > now_ms:
+        return Step(group, (), ())  # timers are kept in (deadline, sequence) order
     d = Draft(group, now_ms, None, config)
     while not d.deleted:
         timer = timers.pop_due(d, now_ms)

@@ -8,7 +8,7 @@ named deadlines kept in the state (§0.2-2); ``timers.py`` reads them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum, StrEnum
+from enum import IntEnum, StrEnum
 
 from controlplane.core.coordinator.requests import Protocol
 
@@ -23,7 +23,7 @@ class GroupPhase(StrEnum):
     DEAD = "Dead"
 
 
-class TimerKind(Enum):
+class TimerKind(IntEnum):
     """Timer names. A timer's key is (kind, member_id); member_id is "" for group timers."""
 
     HEARTBEAT = 1  # session, new-member join, pending member (§7.1)
