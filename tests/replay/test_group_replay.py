@@ -1,5 +1,12 @@
 """``python -m controlplane replay group``: a recorded file against its expected rows, the CLI
-as a subprocess, exit codes, settings, and the shared line reader (replay/common.py)."""
+as a subprocess, exit codes, settings, and the shared line reader (replay/common.py).
+
+The expected rows under tests/data/replay/group_expected/ were reviewed against
+group-coordinator.md (initial delay extended once by the second member, session expiry at the
+last heartbeat + 10 s, Empty with generation 3 after the last leave, static replacement in
+Stable without a rebalance). When a deliberate behaviour change alters them, regenerate with
+``python -m controlplane replay group --events tests/data/replay/group_events.jsonl --out
+tests/data/replay/group_expected`` and review the diff row by row."""
 
 from __future__ import annotations
 
