@@ -324,6 +324,30 @@ def test_a_corrupt_state_is_a_clear_error(data: bytes, message: str) -> None:
         CoordinatorShard.decode(data, CONFIG)
 
 
+def test_every_truncation_or_extension_of_a_state_is_refused() -> None:
+    shard = CoordinatorShard(CONFIG)
+    stable_member(shard, "g", 0)
+    state = shard.encode()
+    assert state is not None
+    for size in range(len(state)):
+        with pytest.raises(ValueError, match="coordinator state"):
+            CoordinatorShard.decode(state[:size], CONFIG)
+    with pytest.raises(ValueError, match="trailing bytes"):
+        CoordinatorShard.decode(state + b"\x00", CONFIG)
+
+
+def test_a_damaged_window_is_a_clear_error_when_the_group_is_used() -> None:
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    state = shard.encode()
+    assert state is not None
+    damaged = state.replace(b'["j1"', b'{"j1"')
+    assert damaged != state
+    loaded = CoordinatorShard.decode(damaged, CONFIG)  # untouched groups are not read
+    with pytest.raises(ValueError, match="idempotence window is unreadable"):
+        loaded.feed(heartbeat("hb", "g", 5, member, 1))
+
+
 def test_groups_rows_of_touched_groups_with_deleted_flag() -> None:
     runner = CoordinatorRunner(CONFIG)
     first = runner.run(None, [join("j", "a", 0), join("k", "b", 0)], tick_ms=0)

@@ -27,6 +27,7 @@ batch does not touch are copied through without being decoded.
 from __future__ import annotations
 
 import json
+import struct
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,12 @@ OUTPUTS: Final = (DECISIONS, GROUP_EVENTS, GROUPS)
 
 IDEMPOTENCE_WINDOW: Final = 64
 STATE_VERSION: Final = 1
+# The envelope: version, shard clock, group count; per group: id size, clock, next deadline,
+# body size, then the id and the body (the window as a JSON list, then the machine's codec).
+_SHARD_HEADER: Final = struct.Struct("<BqI")
+_GROUP_HEADER: Final = struct.Struct("<IqqI")
+_WINDOW_SIZE: Final = struct.Struct("<I")
+_NONE: Final = -(2**63)  # stands for None in the clock and deadline fields
 
 
 @dataclass(slots=True)
@@ -90,24 +97,30 @@ class _Entry:
 
     def encoded_body(self) -> bytes:
         if self.body is None:
-            out = bytearray()
-            _put_bytes(out, json.dumps(list(self.window), ensure_ascii=False).encode("utf-8"))
-            out += codec.encode_group(self.decoded())
-            self.body = bytes(out)
+            window = json.dumps(list(self.window), ensure_ascii=False).encode("utf-8")
+            group = codec.encode_group(self.decoded())
+            self.body = b"".join((_WINDOW_SIZE.pack(len(window)), window, group))
         return self.body
 
     def _load(self) -> None:
         if self.body is None:  # a new entry
             self._window = deque(maxlen=IDEMPOTENCE_WINDOW)
             return
-        reader = _Reader(self.body, 0)
-        ids = json.loads(reader.bytes().decode("utf-8"))
+        try:
+            (size,) = _WINDOW_SIZE.unpack_from(self.body, 0)
+        except struct.error:
+            raise ValueError("coordinator state: truncated group") from None
+        start = _WINDOW_SIZE.size
+        try:
+            ids = json.loads(self.body[start : start + size].decode("utf-8"))
+        except ValueError:
+            ids = None
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise ValueError("coordinator state: a group's idempotence window is not a list of ids")
+            raise ValueError("coordinator state: a group's idempotence window is unreadable")
         if self._window is None:
             self._window = deque(ids, maxlen=IDEMPOTENCE_WINDOW)
         if self._group is None:
-            self._group = codec.decode_group(self.body[reader.offset :])
+            self._group = codec.decode_group(self.body[start + size :])
 
 
 class CoordinatorShard:
@@ -262,15 +275,16 @@ class CoordinatorShard:
         """The shard's state bytes; None when no group is left (the key can be forgotten)."""
         if not self._entries:
             return None
-        out = bytearray([STATE_VERSION])
-        _put_uint(out, 0 if self.clock_ms is None else self.clock_ms + 1)
-        _put_uint(out, len(self._entries))
+        clock = _NONE if self.clock_ms is None else self.clock_ms
+        parts = [_SHARD_HEADER.pack(STATE_VERSION, clock, len(self._entries))]
         for group_id, entry in self._entries.items():
-            _put_bytes(out, group_id.encode("utf-8"))
-            _put_uint(out, entry.clock_ms)
-            _put_uint(out, 0 if entry.next_deadline_ms is None else entry.next_deadline_ms + 1)
-            _put_bytes(out, entry.encoded_body())
-        return bytes(out)
+            name = group_id.encode("utf-8")
+            body = entry.encoded_body()
+            deadline = _NONE if entry.next_deadline_ms is None else entry.next_deadline_ms
+            parts.append(_GROUP_HEADER.pack(len(name), entry.clock_ms, deadline, len(body)))
+            parts.append(name)
+            parts.append(body)
+        return b"".join(parts)
 
     @classmethod
     def decode(
@@ -287,16 +301,24 @@ class CoordinatorShard:
         if not data or data[0] != STATE_VERSION:
             found = data[0] if data else "nothing"
             raise ValueError(f"coordinator state: unsupported version {found} (expected 1)")
-        reader = _Reader(data, 1)
-        clock = reader.uint()
-        shard.clock_ms = None if clock == 0 else clock - 1
-        for _ in range(reader.uint()):
-            group_id = reader.bytes().decode("utf-8")
-            clock_ms = reader.uint()
-            deadline = reader.uint()
-            entry = _Entry(clock_ms, None if deadline == 0 else deadline - 1, reader.bytes())
-            shard._entries[group_id] = entry
-        if reader.offset != len(data):
+        try:
+            _, clock, count = _SHARD_HEADER.unpack_from(data, 0)
+            offset = _SHARD_HEADER.size
+            shard.clock_ms = None if clock == _NONE else clock
+            for _ in range(count):
+                name_size, clock_ms, deadline, body_size = _GROUP_HEADER.unpack_from(data, offset)
+                offset += _GROUP_HEADER.size
+                group_id = data[offset : offset + name_size].decode("utf-8")
+                offset += name_size
+                body = data[offset : offset + body_size]
+                offset += body_size
+                if len(body) != body_size:
+                    raise struct.error("short body")
+                next_deadline_ms = None if deadline == _NONE else deadline
+                shard._entries[group_id] = _Entry(clock_ms, next_deadline_ms, body)
+        except struct.error:
+            raise ValueError("coordinator state: truncated") from None
+        if offset != len(data):
             raise ValueError("coordinator state: trailing bytes after the last group")
         return shard
 
@@ -356,45 +378,3 @@ def _deleted_row(group_id: str, at_ms: int) -> Row:
         "updated_at_ms": at_ms,
         "deleted": True,
     }
-
-
-def _put_uint(out: bytearray, value: int) -> None:
-    """LEB128: 7 bits a byte, low bits first."""
-    if value < 0:
-        raise ValueError(f"coordinator state: cannot encode a negative number ({value})")
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _put_bytes(out: bytearray, data: bytes) -> None:
-    _put_uint(out, len(data))
-    out += data
-
-
-@dataclass(slots=True)
-class _Reader:
-    data: bytes
-    offset: int
-
-    def uint(self) -> int:
-        value = shift = 0
-        while True:
-            if self.offset >= len(self.data):
-                raise ValueError("coordinator state: truncated")
-            byte = self.data[self.offset]
-            self.offset += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-
-    def bytes(self) -> bytes:
-        size = self.uint()
-        end = self.offset + size
-        if end > len(self.data):
-            raise ValueError("coordinator state: truncated")
-        chunk = self.data[self.offset : end]
-        self.offset = end
-        return chunk
