@@ -6,6 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controlplane.core.coordinator.requests import (
     Assignment,
@@ -23,7 +25,7 @@ from controlplane.core.coordinator.requests import (
     Tick,
     TopicPartitions,
 )
-from controlplane.core.coordinator.wire import InvalidEvent, parse_event
+from controlplane.core.coordinator.wire import KNOWN_FIELDS, InvalidEvent, parse_event
 from controlplane.core.errors import Errors
 from controlplane.core.runtime import TimedEvent
 
@@ -416,3 +418,30 @@ def test_text_that_was_not_an_object_is_invalid_request_with_the_reason() -> Non
 @pytest.mark.parametrize("raw", [[], "join", 1, None])
 def test_a_non_object_is_invalid(raw: Any) -> None:
     assert invalid(raw).message == f"{LINE}: event: not a JSON object"
+
+
+# --- never a crash ------------------------------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    base=st.sampled_from(sorted(VALID)),
+    changes=st.dictionaries(st.sampled_from(sorted(KNOWN_FIELDS)), _JSON, max_size=4),
+)
+def test_any_json_values_give_a_request_or_an_invalid_row(
+    base: str, changes: dict[str, Any]
+) -> None:
+    raw = dict(VALID[base], **changes)
+    result = parse(raw)
+    if isinstance(result, InvalidEvent):
+        assert result.message.startswith(f"{LINE}: ")
+        assert result.decision(decided_at_ms=0).to_row()["error_code"] == 42
+    else:
+        assert result.header.event_id == raw["event_id"]
