@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from client.latency import LatencyTransport
 from controlplane.client.assignors import TopicPartition
 from controlplane.client.clock import VirtualClock
 from controlplane.client.config import ConsumerConfig
@@ -206,3 +207,24 @@ def test_crashed_member_is_removed_after_its_session_and_the_group_rebalances(
     assert transport.rows("decisions", type="leave") == []
     survivor.halt(clock)
     survivor.member.close()
+
+
+def test_requests_in_flight_survive_polls_shorter_than_the_answer_latency(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    slow = LatencyTransport(transport, clock, latency_ms=1_500)  # a micro-batch away
+    member = GroupMember(_config("c1"), slow, clock, log, auto_offset_reset="earliest")
+    records: list[Record] = []
+    polls = 0
+    while not records:
+        records = member.poll(500)
+        polls += 1
+    assert polls > 10
+    assert [r["error"] for r in transport.rows("decisions", type="join")] == [
+        "MEMBER_ID_REQUIRED",
+        "NONE",
+    ]
+    assert len(transport.requests(type="sync")) == 1
+    assert len(transport.requests(type="offset_fetch")) == 1  # not resent by every short poll
+    member.close()
+    slow.close()

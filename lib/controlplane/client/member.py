@@ -115,6 +115,7 @@ class GroupMember:
         self._last_auto_commit_ms = now_ms
         self._auto_commit: PendingCall | None = None
         self._inflight: tuple[str, PendingCall] | None = None
+        self._offset_fetch: tuple[frozenset[TopicPartition], PendingCall] | None = None
         self._join_prepared = False
         self._heartbeat_thread: threading.Thread | None = None
         self.history: list[MemberEvent] = []
@@ -245,10 +246,8 @@ class GroupMember:
         self._join_prepared = True
         self._set_state(MemberState.REBALANCING)
         if self.config.enable_auto_commit and self._generation.valid and self._assignment:
-            try:
-                self._commit_now(deadline)
-            except ClientError as error:
-                self._record("commit_failed", str(error))
+            self._commit_async()  # sent before the JoinGroup, so handled before it
+        self._offset_fetch = None
         self._assignment = ()
         self._fetcher.assign([])
 
@@ -324,23 +323,40 @@ class GroupMember:
         return True
 
     def _refresh_positions(self, deadline: Deadline) -> None:
-        """Seek partitions without a position to the group's committed offset (or reset)."""
+        """Seek partitions without a position to the group's committed offset (or reset).
+
+        The OffsetFetch stays in flight across polls (as Kafka's pending committed-offset
+        request): a poll whose timeout is shorter than the answer's latency does not resend."""
         if self._state is not MemberState.STABLE:
             return
-        missing = [tp for tp in self._fetcher.assignment() if tp not in self._fetcher.positions()]
+        missing = frozenset(
+            tp for tp in self._fetcher.assignment() if tp not in self._fetcher.positions()
+        )
         if not missing:
             return
-        body = p.fetch_body(self.config, self._member_id, missing)
-        wait_ms = deadline.attempt_wait_ms(self.clock.now_ms(), self.config.request_timeout_ms)
+        if self._offset_fetch is None or self._offset_fetch[0] != missing:
+            body = p.fetch_body(self.config, self._member_id, missing)
+            call = self._requester.start(Stream.GROUP, body, self.config.request_timeout_ms)
+            self._offset_fetch = (missing, call)
+        call = self._offset_fetch[1]
+        self.clock.wait_for(
+            self._answered_or_stopped(call), deadline.remaining_ms(self.clock.now_ms())
+        )
+        self._requester.calls.reap(self.clock.now_ms())
+        if not call.done:
+            return  # still in flight: the next poll waits for the same request
+        self._offset_fetch = None
+        self._requester.transport.forget(call.event_id)
         try:
-            answer = self._requester.call(Stream.GROUP, body, wait_ms).result()
-        except ClientTimeoutError:
-            return  # tried again at the next poll
+            answer = call.result()
+        except ClientError as error:
+            self._record("offset_fetch_failed", str(error))
+            return
         if p.error_of(answer) != "NONE":
             self._record("offset_fetch_failed", str(answer.get("error")))
             return
         committed = p.committed_offsets(answer)
-        for tp in missing:
+        for tp in sorted(missing):
             offset = committed.get(tp)
             if offset is None:
                 offset = 0 if self._reset == "earliest" else self._source.end_offset(tp)
@@ -348,14 +364,26 @@ class GroupMember:
 
     # --- commits ---------------------------------------------------------------------------
 
-    def _commit_now(self, deadline: Deadline) -> None:
+    def _commit_async(self) -> None:
+        """Send a commit of the current positions without waiting (auto-commit)."""
+        self._collect_auto_commit()
         offsets = self._fetcher.positions()
-        if offsets:
-            generation = self._generation
-            body = p.commit_body(self.config, generation, offsets)
-            wait_ms = deadline.attempt_wait_ms(self.clock.now_ms(), self.config.request_timeout_ms)
-            answer = self._requester.call(Stream.GROUP, body, wait_ms).result()
-            self._check_commit_answer(answer, generation)
+        if offsets and self._generation.valid and self._auto_commit is None:
+            body = p.commit_body(self.config, self._generation, offsets)
+            timeout_ms = self.config.request_timeout_ms
+            self._auto_commit = self._requester.start(Stream.GROUP, body, timeout_ms)
+            self._last_auto_commit_ms = self.clock.now_ms()
+
+    def _collect_auto_commit(self) -> None:
+        call = self._auto_commit
+        if call is None or not call.done:
+            return
+        self._auto_commit = None
+        self._requester.transport.forget(call.event_id)
+        try:
+            self._check_commit_answer(call.result(), self._generation)
+        except ClientError as error:
+            self._record("commit_failed", str(error))
 
     def _check_commit_answer(self, answer: Mapping[str, Any], generation: p.Generation) -> None:
         error = p.error_of(answer)
@@ -378,27 +406,11 @@ class GroupMember:
 
     def _maybe_auto_commit(self) -> None:
         """Asynchronous auto-commit at most every auto.commit.interval.ms (as Kafka's poll)."""
-        call = self._auto_commit
-        if call is not None:
-            if not call.done:
-                return
-            self._auto_commit = None
-            self._requester.transport.forget(call.event_id)
-            try:
-                self._check_commit_answer(call.result(), self._generation)
-            except ClientError as error:
-                self._record("commit_failed", str(error))
+        self._collect_auto_commit()
         now_ms = self.clock.now_ms()
         due = now_ms - self._last_auto_commit_ms >= self.config.auto_commit_interval_ms
-        if not (self.config.enable_auto_commit and due and self._state is MemberState.STABLE):
-            return
-        offsets = self._fetcher.positions()
-        if offsets and self._generation.valid:
-            self._last_auto_commit_ms = now_ms
-            body = p.commit_body(self.config, self._generation, offsets)
-            self._auto_commit = self._requester.start(
-                Stream.GROUP, body, self.config.request_timeout_ms
-            )
+        if self.config.enable_auto_commit and due and self._state is MemberState.STABLE:
+            self._commit_async()
 
     # --- the heartbeat thread (KIP-62) ------------------------------------------------------
 
