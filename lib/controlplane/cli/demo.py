@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import time
@@ -81,7 +82,11 @@ def _args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for noisy in ("controlplane.engine", "controlplane.io", "controlplane.client", "py4j"):
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS", "--conf spark.ui.showConsoleProgress=false pyspark-shell"
+    )
+    noisy_loggers = ("controlplane.engine", "controlplane.io", "controlplane.progress", "py4j")
+    for noisy in (*noisy_loggers, "controlplane.client"):
         logging.getLogger(noisy).setLevel(logging.INFO if args.verbose else logging.WARNING)
     from controlplane.client.config import ClientConfigError, consumer_config
     from controlplane.engine.options import parse_engine_options

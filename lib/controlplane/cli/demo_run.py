@@ -44,6 +44,7 @@ class DemoRun:
         self.spark: Any = None
         self.transport: FileTransport | None = None
         self.started = time.monotonic()
+        self.fleet_started: float | None = None
 
     # --- the run ---------------------------------------------------------------------------
 
@@ -72,6 +73,7 @@ class DemoRun:
 
         self._say("starting Spark (local[2]) and the coordinator and quota queries")
         self.spark = session_for(self.options, "controlplane-demo")
+        self.spark.sparkContext.setLogLevel("ERROR")  # batch-behind warnings are expected here
         register_progress_listener(self.spark, self.options)
         for build in (build_coordinator_query, build_quota_query):
             writer = build(
@@ -117,7 +119,8 @@ class DemoRun:
             for index in range(1, count + 1):
                 self._start_member(group, topic, index, static, assignor)
         admin = self._admin_tool()
-        fleet_started = time.monotonic()
+        fleet_started = self.fleet_started = time.monotonic()
+        self._say("fleet started: 7 members in 3 groups, a producer, an admin tool")
         timeline = self._timeline()
         next_progress = 0
         while (now_s := elapsed_s(fleet_started)) < self.plan.duration_s:
@@ -311,7 +314,11 @@ class DemoRun:
             self.spark.stop()
 
     def _say(self, text: str) -> None:
-        print(f"[{elapsed_s(self.started):4d}s] {text}", flush=True)
+        """Before the fleet starts: time since launch; after: time since the fleet started."""
+        if self.fleet_started is None:
+            print(f"[launch +{elapsed_s(self.started):3d}s] {text}", flush=True)
+        else:
+            print(f"[{elapsed_s(self.fleet_started):4d}s] {text}", flush=True)
 
 
 def _yes(value: bool) -> str:
