@@ -3,6 +3,7 @@ a bucket (quota_key) and which entry sets the rate (quota_entity)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ LEVELS: list[tuple[str | None, str | None, float]] = [
 ]
 
 
-def config_of(entries: list[tuple[str | None, str | None, float | None]]) -> QuotaConfig:
+def config_of(entries: Sequence[tuple[str | None, str | None, float | None]]) -> QuotaConfig:
     quotas: list[dict[str, Any]] = []
     for user, client, rate in entries:
         entry: dict[str, Any] = {"controller_mutation_rate": rate}
@@ -88,7 +89,7 @@ def test_single_level_types(
     principal: tuple[str, str],
     expected: Resolution,
 ) -> None:
-    assert resolve(*principal, config_of(entries)) == expected  # type: ignore[arg-type]
+    assert resolve(*principal, config_of(entries)) == expected
 
 
 def test_several_types_fall_back_to_client_tags_when_no_user_level_exists() -> None:
