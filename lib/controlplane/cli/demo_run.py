@@ -246,6 +246,17 @@ class DemoRun:
             f"{totals.retried_topics} needed a retry after THROTTLING_QUOTA_EXCEEDED, "
             f"{totals.failed} failed"
         )
+        trips = sorted(t for a in apps for t in a.member.round_trips_ms())
+        if trips:
+
+            def pct(q: float) -> int:
+                return trips[min(len(trips) - 1, int(q * len(trips)))]
+
+            print(
+                f"- request round trips (send -> answer read from Delta), {len(trips)} answers: "
+                f"p50 {pct(0.5):,} ms, p90 {pct(0.9):,} ms, p99 {pct(0.99):,} ms, "
+                f"max {trips[-1]:,} ms"
+            )
         errors = [f"{a.name}: {a.error}" for a in apps if a.error]
         if errors:
             print("- client errors: " + "; ".join(errors))

@@ -113,6 +113,9 @@ class AdminClient:
     def close(self) -> None:
         self._requester.close()
 
+    def round_trips_ms(self) -> list[int]:
+        return list(self._requester.round_trips_ms)
+
     def _mutate(
         self,
         kind: str,

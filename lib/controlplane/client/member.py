@@ -140,6 +140,10 @@ class GroupMember:
     def positions(self) -> dict[TopicPartition, int]:
         return self._fetcher.positions()
 
+    def round_trips_ms(self) -> list[int]:
+        """Send-to-answer times of this member's answered requests (the latest 10 000)."""
+        return list(self._requester.round_trips_ms)
+
     def poll(self, timeout_ms: int) -> list[Record]:
         """Records of the assigned partitions, at most ``max.poll.records``; rejoins first if
         needed. Returns [] when the rebalance did not finish within ``timeout_ms``."""
@@ -230,7 +234,7 @@ class GroupMember:
             if not call.done:
                 return False
             self._inflight = None
-            self._requester.transport.forget(call.event_id)
+            self._requester.forget(call)
             try:
                 answer = call.result()
             except ClientTimeoutError:
@@ -346,7 +350,7 @@ class GroupMember:
         if not call.done:
             return  # still in flight: the next poll waits for the same request
         self._offset_fetch = None
-        self._requester.transport.forget(call.event_id)
+        self._requester.forget(call)
         try:
             answer = call.result()
         except ClientError as error:
@@ -379,7 +383,7 @@ class GroupMember:
         if call is None or not call.done:
             return
         self._auto_commit = None
-        self._requester.transport.forget(call.event_id)
+        self._requester.forget(call)
         try:
             self._check_commit_answer(call.result(), self._generation)
         except ClientError as error:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, Protocol
@@ -82,6 +83,8 @@ class Requester:
         self.calls = CallTable(clock)
         self._prefix = f"{client_id or 'client'}-{uuid.uuid4().hex[:10]}"
         self._sequence = itertools.count(1)
+        self._sent_ms: dict[str, int] = {}
+        self.round_trips_ms: deque[int] = deque(maxlen=10_000)  # answered calls, send to answer
 
     def next_event_id(self) -> str:
         return f"{self._prefix}-{next(self._sequence)}"
@@ -94,13 +97,19 @@ class Requester:
         if call.done:  # closed
             return call
         request = {"event_id": event_id, "event_time_ms": now_ms, **body}
+        self._sent_ms[event_id] = now_ms
         self.transport.send(stream, request, lambda answer: self._answered(event_id, answer))
         return call
 
     def wait(self, call: PendingCall) -> PendingCall:
         self.calls.await_call(call)
-        self.transport.forget(call.event_id)
+        self.forget(call)
         return call
+
+    def forget(self, call: PendingCall) -> None:
+        """The caller is done with the call: drop the route of any late answer."""
+        self.transport.forget(call.event_id)
+        self._sent_ms.pop(call.event_id, None)
 
     def call(self, stream: Stream, body: Mapping[str, Any], wait_ms: int) -> PendingCall:
         """One attempt: send, then wait at most ``wait_ms`` (0 still takes a ready answer)."""
@@ -112,4 +121,6 @@ class Requester:
         self.calls.close()
 
     def _answered(self, event_id: str, answer: Answer) -> None:
-        self.calls.complete(event_id, answer)
+        sent_ms = self._sent_ms.pop(event_id, None)
+        if self.calls.complete(event_id, answer) and sent_ms is not None:
+            self.round_trips_ms.append(self.clock.now_ms() - sent_ms)
