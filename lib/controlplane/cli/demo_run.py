@@ -246,7 +246,7 @@ class DemoRun:
             f"{totals.retried_topics} needed a retry after THROTTLING_QUOTA_EXCEEDED, "
             f"{totals.failed} failed"
         )
-        trips = sorted(t for a in apps for t in a.member.round_trips_ms())
+        trips: list[int] = sorted(t for a in apps for t in a.member.round_trips_ms())
         if trips:
 
             def pct(q: float) -> int:
