@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import quote
 
 from controlplane.core.config import DEFAULT_ENTITY, QuotaConfig, QuotaEntry
@@ -37,14 +37,17 @@ UNTRACKED_KEY: Final = ""  # no quota ever configured: admitted, nothing tracked
 UNRESOLVED_KEY: Final = "<unresolved>"  # user/client_id missing or mistyped: INVALID_REQUEST
 
 
-@dataclass(frozen=True, slots=True)
-class Resolution:
+class Resolution(NamedTuple):
+    """An immutable value (a NamedTuple: the engine resolves every event before keying, and a
+    frozen dataclass costs several times more to build)."""
+
     quota_key: str | None  # the bucket; None = nothing tracked
     quota_entity: str | None  # the entry that set the rate; None = unlimited
     rate_per_s: float | None  # None = unlimited
 
 
 _PLAIN: Final = re.compile(r"[A-Za-z0-9._-]*")
+MEMO_SIZE: Final = 200_000
 NOT_TRACKED: Final = Resolution(None, None, None)
 
 Rated = tuple[str, float]  # (quota_entity, rate)
@@ -101,10 +104,22 @@ class QuotaIndex:
     default_user: Rated | None = None
     client_only: Mapping[str, Rated] = field(default_factory=dict)
     default_client: Rated | None = None
+    # Answers already computed (a pure function's memo; bounded, cleared when full).
+    memo: dict[tuple[str, str], Resolution] = field(default_factory=dict, compare=False)
 
     def resolve(self, user: str, client_id: str) -> Resolution:
         if self.enabled == 0:
             return NOT_TRACKED
+        memo = self.memo
+        known = memo.get((user, client_id))
+        if known is not None:
+            return known
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        resolution = memo[(user, client_id)] = self._resolve(user, client_id)
+        return resolution
+
+    def _resolve(self, user: str, client_id: str) -> Resolution:
         user_tag, client_tag = self.tags(user, client_id)
         rated = self.limit(user_tag, client_tag)
         key = key_string(user_tag, client_tag)
