@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from controlplane.core.config import CoordinatorConfig
+from controlplane.core.coordinator import machine
 from controlplane.core.coordinator.records import EventKind
 from controlplane.core.coordinator.state import GroupPhase, TimerKind
 from controlplane.core.errors import Errors
@@ -89,9 +90,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
             protocol_name=None,
         )
 
-    @rule(data=st.data())
-    def heartbeat(self, data: st.DataObject) -> None:
-        self.h.heartbeat(self._pick(data), self._generation(data))
+    @rule(data=st.data(), iid=st.sampled_from((None, *INSTANCES)))
+    def heartbeat(self, data: st.DataObject, iid: str | None) -> None:
+        request = self.h.heartbeat_request(self._pick(data), self._generation(data), iid=iid)
+        self.h.advance_to(self.h.now_ms)  # fire what is due, as the runner does first
+        if self.h.group is not None:
+            fast = machine.handle(self.h.group, request, self.h.now_ms, self.config)
+            general = machine.handle_general(self.h.group, request, self.h.now_ms, self.config)
+            assert fast == general, "the heartbeat fast path must decide as the general path"
+        self.h.send(request)
 
     @rule(data=st.data(), by_instance=st.booleans())
     def leave(self, data: st.DataObject, by_instance: bool) -> None:

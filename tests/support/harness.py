@@ -189,10 +189,15 @@ class CoordinatorHarness:
         self.send(SyncGroup(header, generation_id, protocol_type, protocol_name, given))
         return Call(header.event_id, member_id, self)
 
+    def heartbeat_request(
+        self, member_id: str, generation_id: int, *, iid: str | None = None
+    ) -> Heartbeat:
+        return Heartbeat(self._header(member_id, iid, None), generation_id)
+
     def heartbeat(self, member_id: str, generation_id: int, *, iid: str | None = None) -> Call:
-        header = self._header(member_id, iid, None)
-        self.send(Heartbeat(header, generation_id))
-        return Call(header.event_id, member_id, self)
+        request = self.heartbeat_request(member_id, generation_id, iid=iid)
+        self.send(request)
+        return Call(request.header.event_id, member_id, self)
 
     def leave(
         self,

@@ -7,15 +7,34 @@ join or sync is parked), so a late answer carries the request's own event id and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from controlplane.core.coordinator.records import Decision, JoinMember
 from controlplane.core.coordinator.requests import Header, RequestType
 from controlplane.core.coordinator.state import ParkedRequest
 from controlplane.core.errors import Errors
 
-if TYPE_CHECKING:
-    from controlplane.core.coordinator.draft import Draft
+
+class Draft(Protocol):
+    """What an answer needs of the step: its group and its clock (the step's Draft has both)."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def generation_id(self) -> int: ...
+
+    @property
+    def protocol_type(self) -> str | None: ...
+
+    @property
+    def protocol_name(self) -> str | None: ...
+
+    @property
+    def leader_id(self) -> str | None: ...
+
+    @property
+    def now_ms(self) -> int: ...
 
 
 def parked(header: Header) -> ParkedRequest:
@@ -108,3 +127,18 @@ def sync_error(d: Draft, request: ParkedRequest, member_id: str, error: Errors) 
 def simple(d: Draft, header: Header, kind: RequestType, error: Errors, **fields: Any) -> Decision:
     """Any other answer: heartbeat, leave, offsets, describe, delete_group."""
     return _row(d, parked(header), kind, header.member_id, error, **fields)
+
+
+def plain(group_id: str, now_ms: int, header: Header, kind: RequestType, error: Errors) -> Decision:
+    """An answer with no payload, built without a step draft (the heartbeat fast path)."""
+    return Decision(
+        event_id=header.event_id,
+        group_id=group_id,
+        type=kind.value,
+        member_id=header.member_id,
+        group_instance_id=header.group_instance_id,
+        error=error,
+        error_message=None,
+        event_time_ms=header.event_time_ms,
+        decided_at_ms=now_ms,
+    )

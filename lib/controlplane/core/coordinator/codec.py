@@ -24,6 +24,8 @@ from controlplane.core.coordinator.state import (
 VERSION: Final = 1
 _PHASES: Final = tuple(GroupPhase)
 _PHASE_CODE: Final = {phase: i for i, phase in enumerate(_PHASES)}
+_KINDS: Final = {kind.value: kind for kind in TimerKind}
+_DECODER: Final = json.JSONDecoder()
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
@@ -82,20 +84,21 @@ def _unparked(raw: list[Any] | None) -> ParkedRequest | None:
 
 
 def _unmember(raw: list[Any]) -> Member:
+    # Positional, in the order of Member's fields (the order ``_member`` writes).
     return Member(
-        member_id=raw[0],
-        group_instance_id=raw[1],
-        client_id=raw[2],
-        client_host=raw[3],
-        rebalance_timeout_ms=raw[4],
-        session_timeout_ms=raw[5],
-        protocol_type=raw[6],
-        protocols=tuple(Protocol(name, metadata) for name, metadata in raw[7]),
-        assignment=raw[8],
-        awaiting_join=_unparked(raw[9]),
-        awaiting_sync=_unparked(raw[10]),
-        is_new=raw[11],
-        offline_since_ms=raw[12],
+        raw[0],
+        raw[1],
+        raw[2],
+        raw[3],
+        raw[4],
+        raw[5],
+        raw[6],
+        tuple(Protocol(name, metadata) for name, metadata in raw[7]),
+        raw[8],
+        _unparked(raw[9]),
+        _unparked(raw[10]),
+        raw[11],
+        raw[12],
     )
 
 
@@ -107,29 +110,30 @@ def decode_group(data: bytes) -> Group:
             f"coordinator state: unknown encoding version {data[0]} (this build reads {VERSION})"
         )
     try:
-        raw = json.loads(data[1:].decode("utf-8"))
+        raw = _DECODER.decode(data[1:].decode("utf-8"))
         return _ungroup(raw)
     except (ValueError, TypeError, IndexError, KeyError) as error:
         raise ValueError(f"coordinator state: malformed version {VERSION} body: {error}") from None
 
 
 def _ungroup(raw: list[Any]) -> Group:
+    # Positional, in the order of Group's fields (the order ``encode_group`` writes).
     return Group(
-        group_id=raw[0],
-        phase=_PHASES[raw[1]],
-        previous_phase=_PHASES[raw[2]],
-        generation_id=raw[3],
-        protocol_type=raw[4],
-        protocol_name=raw[5],
-        leader_id=raw[6],
-        members=tuple(_unmember(m) for m in raw[7]),
-        pending_join_members=tuple(raw[8]),
-        pending_sync_members=tuple(raw[9]),
-        new_member_added=raw[10],
-        timers=tuple(Timer(TimerKind(t[0]), t[1], t[2], t[3], t[4], t[5]) for t in raw[11]),
-        timer_seq=raw[12],
-        offsets=tuple(StoredOffset(o[0], o[1], o[2], o[3], o[4]) for o in raw[13]),
-        empty_since_ms=raw[14],
-        last_commit_ms=raw[15],
-        expansion_queue=tuple(_unmember(m) for m in raw[16]),
+        raw[0],
+        _PHASES[raw[1]],
+        _PHASES[raw[2]],
+        raw[3],
+        raw[4],
+        raw[5],
+        raw[6],
+        tuple(map(_unmember, raw[7])),
+        tuple(raw[8]),
+        tuple(raw[9]),
+        raw[10],
+        tuple(Timer(_KINDS[t[0]], t[1], t[2], t[3], t[4], t[5]) for t in raw[11]),
+        raw[12],
+        tuple(StoredOffset(o[0], o[1], o[2], o[3], o[4]) for o in raw[13]),
+        raw[14],
+        raw[15],
+        tuple(map(_unmember, raw[16])),
     )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
+from operator import attrgetter
+
 from controlplane.core.coordinator import answers, static
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.membership import validate_member
 from controlplane.core.coordinator.requests import Heartbeat, RequestType
-from controlplane.core.coordinator.state import GroupPhase
+from controlplane.core.coordinator.state import Group, GroupPhase, Timer, TimerKind
+from controlplane.core.coordinator.step import Step
 from controlplane.core.errors import Errors
 
 
@@ -34,3 +38,36 @@ def _heartbeat_error(d: Draft, request: Heartbeat) -> Errors | None:
     if d.phase is GroupPhase.PREPARING_REBALANCE:
         return Errors.REBALANCE_IN_PROGRESS
     return None
+
+
+_LIVE = (GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE, GroupPhase.PREPARING_REBALANCE)
+_TIMER_ORDER = attrgetter("deadline_ms", "seq")
+
+
+def fast_heartbeat(group: Group, request: Heartbeat, now_ms: int) -> Step | None:
+    """The common case without thawing the group: a member of the current generation that is
+    not offline. Returns None for anything else (the general path decides). The result equals
+    the general path's (the stateful test compares both)."""
+    header = request.header
+    if group.phase not in _LIVE or request.generation_id != group.generation_id:
+        return None
+    member = group.member(header.member_id)
+    if member is None or member.offline_since_ms is not None:
+        return None
+    if header.group_instance_id not in (None, member.group_instance_id):
+        return None
+    timer = Timer(
+        TimerKind.HEARTBEAT, member.member_id, now_ms + member.session_timeout_ms, group.timer_seq
+    )
+    timers = [
+        t
+        for t in group.timers
+        if t.member_id != member.member_id or t.kind is not TimerKind.HEARTBEAT
+    ]
+    bisect.insort(timers, timer, key=_TIMER_ORDER)
+    updated = group.with_timers(tuple(timers), group.timer_seq + 1)
+    error = Errors.NONE
+    if group.phase is GroupPhase.PREPARING_REBALANCE:
+        error = Errors.REBALANCE_IN_PROGRESS
+    decision = answers.plain(group.group_id, now_ms, header, RequestType.HEARTBEAT, error)
+    return Step(updated, (decision,), ())

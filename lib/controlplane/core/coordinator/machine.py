@@ -6,14 +6,13 @@ The caller (the runner) fires every timer due at or before a request's ``now_ms`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator import admin, answers, join, leave, offsets, timers
 from controlplane.core.coordinator.draft import Draft
-from controlplane.core.coordinator.heartbeat import handle_heartbeat
-from controlplane.core.coordinator.records import Decision, EventKind, GroupEvent, MemberResult
+from controlplane.core.coordinator.heartbeat import fast_heartbeat, handle_heartbeat
+from controlplane.core.coordinator.records import EventKind, MemberResult
 from controlplane.core.coordinator.requests import (
     REQUEST_TYPE,
     DeleteGroup,
@@ -29,15 +28,9 @@ from controlplane.core.coordinator.requests import (
     Tick,
 )
 from controlplane.core.coordinator.state import Group, GroupPhase
+from controlplane.core.coordinator.step import Step as Step
 from controlplane.core.coordinator.sync import handle_sync
 from controlplane.core.errors import Errors
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    group: Group | None  # None: the group does not exist (never created, deleted, expired)
-    decisions: tuple[Decision, ...]  # the request's own answer first, then released answers
-    events: tuple[GroupEvent, ...]
 
 
 def next_deadline_ms(group: Group) -> int | None:
@@ -70,6 +63,17 @@ def group_row(group: Group, now_ms: int) -> dict[str, Any]:
 
 def handle(group: Group | None, request: Request, now_ms: int, config: CoordinatorConfig) -> Step:
     """One request for this group at ``now_ms`` (timers due by then have already fired)."""
+    if isinstance(request, Heartbeat) and group is not None and request.header.group_id:
+        fast = fast_heartbeat(group, request, now_ms)
+        if fast is not None:
+            return fast
+    return handle_general(group, request, now_ms, config)
+
+
+def handle_general(
+    group: Group | None, request: Request, now_ms: int, config: CoordinatorConfig
+) -> Step:
+    """``handle`` without the heartbeat fast path: every request through a step draft."""
     if isinstance(request, Tick):
         return Step(group, (), ())
     header = request.header

@@ -128,3 +128,25 @@ class Group:
             if member.group_instance_id == group_instance_id:
                 return member.member_id
         return None
+
+    def with_timers(self, timers: tuple[Timer, ...], timer_seq: int) -> Group:
+        """A copy with other timers (the heartbeat fast path; quicker than ``replace``)."""
+        return Group(
+            self.group_id,
+            self.phase,
+            self.previous_phase,
+            self.generation_id,
+            self.protocol_type,
+            self.protocol_name,
+            self.leader_id,
+            self.members,
+            self.pending_join_members,
+            self.pending_sync_members,
+            self.new_member_added,
+            timers,
+            timer_seq,
+            self.offsets,
+            self.empty_since_ms,
+            self.last_commit_ms,
+            self.expansion_queue,
+        )

@@ -1,0 +1,15 @@
+"""What one call of the machine returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controlplane.core.coordinator.records import Decision, GroupEvent
+from controlplane.core.coordinator.state import Group
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    group: Group | None  # None: the group does not exist (never created, deleted, expired)
+    decisions: tuple[Decision, ...]  # the request's own answer first, then released answers
+    events: tuple[GroupEvent, ...]
