@@ -3,13 +3,14 @@ the audit trail, answer order, failover, and the groups row."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
 
 from controlplane.core.coordinator import machine
 from controlplane.core.coordinator.records import EventKind
-from controlplane.core.coordinator.requests import Header, Heartbeat, Tick
+from controlplane.core.coordinator.requests import Header, Heartbeat, JoinGroup, Tick
 from controlplane.core.coordinator.state import TimerKind
 from controlplane.core.errors import Errors
 from support.harness import (
@@ -18,6 +19,7 @@ from support.harness import (
     PREPARING,
     STABLE,
     CoordinatorHarness,
+    R,
     assert_join_error,
     assert_sync,
     dyn1,
@@ -289,3 +291,13 @@ def test_a_follower_sync_with_the_leaders_assignment_map_is_ignored() -> None:
     assert_sync(leader, Errors.NONE, "YQ==")
     assert_sync(follower, Errors.NONE, "")  # left out by the leader: empty
     h.assert_state(STABLE, 2)
+
+
+def test_a_reused_event_id_never_overwrites_a_member() -> None:
+    h = CoordinatorHarness()
+    a = h.join()
+    header = dataclasses.replace(h.heartbeat_request("", 0).header, event_id=a.event_id)
+    request = JoinGroup(header, 500, 500, "consumer", R, "", "")
+    step = machine.handle(h.state, request, h.now_ms, h.config)
+    assert step.group == h.state
+    assert [(d.error, d.member_id) for d in step.decisions] == [(Errors.INVALID_REQUEST, "")]

@@ -90,6 +90,10 @@ def _join_new_member(d: Draft, request: JoinGroup) -> None:
         return
     instance_id = header.group_instance_id
     member_id = new_member_id(d.group_id, header.event_id, instance_id, request.client_id)
+    if member_id in d.members or member_id in d.pending_join or member_id in d.expansion_queue:
+        message = "event_id: reused; the member id it derives belongs to another member"
+        d.answer(answers.join_error(d, parked, "", Errors.INVALID_REQUEST, message))
+        return
     if instance_id is not None:
         old_member_id = d.static_member_id(instance_id)
         if old_member_id is not None:

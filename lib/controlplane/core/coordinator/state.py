@@ -110,7 +110,7 @@ class Group:
     pending_join_members: tuple[str, ...] = ()
     pending_sync_members: tuple[str, ...] = ()
     new_member_added: bool = False
-    timers: tuple[Timer, ...] = ()
+    timers: tuple[Timer, ...] = ()  # kept sorted by (deadline_ms, seq): timers[0] is next
     timer_seq: int = 0
     offsets: tuple[StoredOffset, ...] = ()
     empty_since_ms: int | None = None  # when the group last became Empty (retention base)
