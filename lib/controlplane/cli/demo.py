@@ -38,6 +38,18 @@ GROUPS: dict[str, tuple[str, int, int, bool, str]] = {
 }
 
 
+# Client settings when the configuration has no `client` section (e.g. conf/local.yaml): short
+# enough for the story to play out in minutes, long enough for answers a micro-batch away.
+DEMO_CLIENT_DEFAULTS: dict[str, Any] = {
+    "session.timeout.ms": 15_000,
+    "heartbeat.interval.ms": 3_000,
+    "max.poll.interval.ms": 20_000,
+    "request.timeout.ms": 15_000,
+    "default.api.timeout.ms": 60_000,
+    "max.poll.records": 100,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class DemoPlan:
     duration_s: int = 150
@@ -96,7 +108,7 @@ def main(argv: list[str]) -> int:
         settings = load_settings(args.config)
         options = parse_engine_options(settings, args.config)
         plan = parse_plan(settings.sections.get("demo"))
-        client = dict(settings.sections.get("client") or {})
+        client = {**DEMO_CLIENT_DEFAULTS, **(settings.sections.get("client") or {})}
         consumer_config("check", client)
     except (ConfigError, ClientConfigError) as error:
         print(f"demo: {error}", file=sys.stderr)
@@ -126,6 +138,8 @@ def _wipe(options: Any) -> None:
         if path.is_absolute() or not path.parts or path.parts[0] != "out":
             log.warning("not wiping %s (only relative paths under out/ are wiped)", path)
             continue
+        if path.exists():
+            print(f"demo: starting fresh, removing {path} (--keep to keep it)")
         shutil.rmtree(path, ignore_errors=True)
 
 
