@@ -240,8 +240,10 @@ def key_of(event: Mapping[str, Any], config: QuotaConfig) -> str:
     """The Spark key of a raw wire event: its ``quota_key``, ``UNTRACKED_KEY`` when nothing is
     tracked, ``UNRESOLVED_KEY`` when ``user``/``client_id`` are missing or not strings (the
     runner answers those INVALID_REQUEST)."""
-    user = event.get("user") if isinstance(event, Mapping) else None
-    client_id = event.get("client_id") if isinstance(event, Mapping) else None
+    if type(event) is not dict and not isinstance(event, Mapping):  # dict first: ABC checks cost
+        return UNRESOLVED_KEY
+    user = event.get("user")
+    client_id = event.get("client_id")
     if not isinstance(user, str) or not isinstance(client_id, str):
         return UNRESOLVED_KEY
     key = index_for(config).resolve(user, client_id).quota_key

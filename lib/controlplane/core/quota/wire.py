@@ -78,7 +78,7 @@ def _kind(value: object) -> str:
 
 def _topic(raw: object, index: int) -> TopicMutation:
     where = f"topics[{index}]"
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):
         raise _Bad(where, f"expected an object with name and partitions, got {_kind(raw)}")
     name = raw.get("name")
     if not isinstance(name, str) or not name:
@@ -134,7 +134,7 @@ def _parse(event: Mapping[str, Any]) -> MutationRequest:
 
 def parse_request(event: Mapping[str, Any]) -> MutationRequest | Invalid:
     """The request, or the first problem found (fields in the order of events.md §3)."""
-    if not isinstance(event, Mapping):
+    if type(event) is not dict and not isinstance(event, Mapping):
         return Invalid("event", f"expected a JSON object, got {_kind(event)}")
     try:
         return _parse(event)
