@@ -25,7 +25,7 @@ from controlplane.core.quota import codec
 from controlplane.core.quota.bucket import Bucket
 from controlplane.core.quota.machine import handle
 from controlplane.core.quota.records import QuotaDecision, ThrottleEvent
-from controlplane.core.quota.resolution import QuotaIndex, build_index, index_for
+from controlplane.core.quota.resolution import QuotaIndex, index_for
 from controlplane.core.quota.wire import Invalid, parse_request
 from controlplane.core.runtime import RunResult, TimedEvent
 
@@ -126,7 +126,7 @@ class QuotaRunner:
 
     def __init__(self, config: QuotaConfig) -> None:
         self.config = config
-        self.index = build_index(config)  # once per configuration, shared by every key
+        self.index = index_for(config)  # once per configuration object, shared by every key
 
     def session(self, state: bytes | None = None) -> QuotaSession:
         return QuotaSession(self.config, codec.decode(state), self.index)
