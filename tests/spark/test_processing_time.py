@@ -1,0 +1,212 @@
+"""The coordinator in processing-time mode on the real runner: sessions really expire, a restart
+from the checkpoint loses and duplicates nothing (between batches and mid-batch), and a
+restart longer than the failover gap resets sessions instead of expiring a healthy member."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.core.config import parse_settings
+from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
+from controlplane.engine.queries import build_coordinator_query
+from controlplane.io import sinks
+from spark.conftest import drop_events, read_table, wait_for
+
+pytestmark = pytest.mark.spark
+
+PROTOCOLS = [{"name": "range", "metadata": "AAEAAAABAAZvcmRlcnM="}]
+SETTINGS = parse_settings({"group.initial.rebalance.delay.ms": 0})
+
+
+def join(event_id: str, group: str, session_ms: int = 6000) -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "event_time_ms": int(time.time() * 1000),
+        "type": "join",
+        "group_id": group,
+        "member_id": "",
+        "client_id": "app",
+        "session_timeout_ms": session_ms,
+        "rebalance_timeout_ms": session_ms,
+        "protocol_type": "consumer",
+        "protocols": PROTOCOLS,
+        "request_version": 3,
+    }
+
+
+def request(kind: str, event_id: str, group: str, member: str, generation: int) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "event_id": event_id,
+        "event_time_ms": int(time.time() * 1000),
+        "type": kind,
+        "group_id": group,
+        "member_id": member,
+        "generation_id": generation,
+    }
+    if kind == "sync":
+        event["assignments"] = [{"member_id": member, "assignment": "AAEAAAABAAZvcmRlcnM="}]
+    return event
+
+
+def options_for(tmp_path: Path, *, failover_gap_ms: int = 30_000) -> EngineOptions:
+    return EngineOptions(
+        trigger_interval_ms=500,
+        keying=Keying.SHARD,
+        shards=4,
+        failover_gap_ms=failover_gap_ms,
+        checkpoint_root=str(tmp_path / "checkpoints"),
+        tables_root=str(tmp_path / "tables"),
+        writer="delta-rs",
+        coordinator_source=SourceOptions(
+            format="jsonl", path=str(tmp_path / "landing"), clean_source=CleanSource.DELETE
+        ),
+    )
+
+
+def decision(tables: Path, event_id: str, query: Any) -> dict[str, Any]:
+    rows = wait_for(
+        lambda: [r for r in read_table(tables / "decisions") if r["event_id"] == event_id],
+        query,
+        what=f"the answer to {event_id}",
+    )
+    assert len(rows) == 1, f"{event_id} answered {len(rows)} times"
+    return rows[0]
+
+
+def start(spark: Any, options: EngineOptions) -> Any:
+    return build_coordinator_query(spark, SETTINGS, options=options).start()
+
+
+def warm_up(tables: Path, landing: Path, query: Any) -> None:
+    """The first stateful batch of a query takes many seconds: let it pass before timing."""
+    drop_events(
+        landing, [{"event_id": "warm-up", "event_time_ms": 1, "type": "describe", "group_id": "w"}]
+    )
+    decision(tables, "warm-up", query)
+
+
+def stable_member(tables: Path, landing: Path, query: Any, group: str, session_ms: int) -> str:
+    warm_up(tables, landing, query)
+    drop_events(landing, [join(f"{group}-j1", group, session_ms)])
+    joined = decision(tables, f"{group}-j1", query)
+    assert joined["error"] == "NONE"
+    member = str(joined["member_id"])
+    drop_events(landing, [request("sync", f"{group}-s1", group, member, joined["generation_id"])])
+    assert decision(tables, f"{group}-s1", query)["error"] == "NONE"
+    return member
+
+
+def test_a_silent_member_is_removed_and_the_group_rebalances(spark: Any, tmp_path: Path) -> None:
+    options = options_for(tmp_path)
+    tables, landing = Path(options.tables_root), tmp_path / "landing"
+    query = start(spark, options)
+    try:
+        member = stable_member(tables, landing, query, "silent", 6000)
+        removed = wait_for(
+            lambda: [
+                r
+                for r in read_table(tables / "group_events")
+                if r["kind"] == "member_removed" and r["member_id"] == member
+            ],
+            query,
+            what="the session timeout",
+        )
+        assert [r["reason"] for r in removed] == ["session_timeout"]
+        kinds = [
+            r["kind"]
+            for r in read_table(tables / "group_events")
+            if r["at_ms"] >= removed[0]["at_ms"]
+        ]
+        assert "rebalance_started" in kinds
+        group = wait_for(
+            lambda: [
+                r
+                for r in read_table(tables / "groups")
+                if r["group_id"] == "silent" and not r["members"]
+            ],
+            query,
+            what="the groups table to show the empty group",
+        )
+        assert group[0]["group_state"] == "Empty"
+    finally:
+        query.stop()
+
+
+def test_restart_between_batches_and_mid_batch_loses_and_duplicates_nothing(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = options_for(tmp_path)
+    tables, landing = Path(options.tables_root), tmp_path / "landing"
+    query = start(spark, options)
+    try:
+        drop_events(landing, [join("a1", "ga"), join("a2", "gb")])
+        decision(tables, "a1", query)
+        decision(tables, "a2", query)
+    finally:
+        query.stop()
+    # Between batches: events land while the job is down.
+    drop_events(landing, [join("b1", "gc")])
+    # Mid-batch: the next batch crashes after writing decisions, before group_events.
+    real_write = sinks.DeltaRsWriter.write
+    crashed: list[int] = []
+
+    def crash_once(self: Any, table: str, rows: Any, batch_id: int) -> bool:
+        if table == "group_events" and rows and not crashed:
+            crashed.append(batch_id)
+            raise RuntimeError("simulated crash mid-batch")
+        return real_write(self, table, rows, batch_id)
+
+    monkeypatch.setattr(sinks.DeltaRsWriter, "write", crash_once)
+    query = start(spark, options)
+    with pytest.raises(Exception, match="simulated crash"):
+        query.awaitTermination(300)
+    assert crashed
+    monkeypatch.setattr(sinks.DeltaRsWriter, "write", real_write)
+    query = start(spark, options)
+    try:
+        decision(tables, "b1", query)
+        events = wait_for(
+            lambda: [r for r in read_table(tables / "group_events") if r["event_id"] == "b1"],
+            query,
+            what="b1's group events after the replayed batch",
+        )
+        assert events
+    finally:
+        query.stop()
+    answered = [r["event_id"] for r in read_table(tables / "decisions")]
+    assert sorted(answered) == ["a1", "a2", "b1"]  # nothing lost, nothing twice
+    audit = [
+        tuple(sorted((k, str(v)) for k, v in r.items() if k != "processed_at_ms"))
+        for r in read_table(tables / "group_events")
+    ]
+    assert len(audit) == len(set(audit))  # the replayed batch did not write its rows twice
+    assert {r["event_id"] for r in read_table(tables / "group_events")} >= {"a1", "a2", "b1"}
+
+
+def test_a_restart_longer_than_the_failover_gap_resets_sessions(spark: Any, tmp_path: Path) -> None:
+    options = options_for(tmp_path, failover_gap_ms=12_000)
+    tables, landing = Path(options.tables_root), tmp_path / "landing"
+    query = start(spark, options)
+    try:
+        member = stable_member(tables, landing, query, "fleet", 15_000)
+        generation = decision(tables, "fleet-j1", query)["generation_id"]
+    finally:
+        query.stop()
+    time.sleep(16)  # down for longer than the session timeout and the failover gap
+    query = start(spark, options)
+    try:
+        wait_for(lambda: query.recentProgress, query, what="a batch after the restart")
+        drop_events(landing, [request("heartbeat", "fleet-h1", "fleet", member, generation)])
+        assert decision(tables, "fleet-h1", query)["error"] == "NONE"
+    finally:
+        query.stop()
+    removals = [r for r in read_table(tables / "group_events") if r["kind"] == "member_removed"]
+    assert removals == []
+    resets = [
+        r for r in read_table(tables / "group_events") if r["reason"] == "coordinator_failover"
+    ]
+    assert resets, "the failover reset leaves a trace in the audit"
