@@ -45,6 +45,7 @@ class DemoRun:
         self.transport: FileTransport | None = None
         self.started = time.monotonic()
         self.fleet_started: float | None = None
+        self._events: list[tuple[int, Callable[[], None]]] = []
 
     # --- the run ---------------------------------------------------------------------------
 
@@ -121,7 +122,7 @@ class DemoRun:
         admin = self._admin_tool()
         fleet_started = self.fleet_started = time.monotonic()
         self._say("fleet started: 7 members in 3 groups, a producer, an admin tool")
-        timeline = self._timeline()
+        timeline = self._events = self._timeline()
         next_progress = 0
         while (now_s := elapsed_s(fleet_started)) < self.plan.duration_s:
             while timeline and timeline[0][0] <= now_s:
@@ -145,8 +146,7 @@ class DemoRun:
         events: list[tuple[int, Callable[[], None]]] = [
             (plan.crash_at_s, self._crash),
             (plan.stall_at_s, self._stall),
-            (plan.restart_at_s, self._stop_static),
-            (plan.restart_at_s + plan.restart_pause_s, self._start_static),
+            (plan.restart_at_s, self._stop_static),  # schedules the restart when stopped
         ]
         return sorted(events, key=lambda e: e[0])
 
@@ -199,6 +199,7 @@ class DemoRun:
 
     def _stop_static(self) -> None:
         app = self.apps.pop("inventory-2")
+        self._say("inventory-2 (static, inv-2) STOPS for a restart: commits, sends no LeaveGroup")
         self.restart.update(
             before_assignment=app.member.assignment(),
             before_generation=app.member.generation.generation_id,
@@ -206,10 +207,14 @@ class DemoRun:
         app.close(20_000)
         self.restart["committed"] = dict(app.member.positions())
         self.retired.append(app)
-        self._say("inventory-2 (static, inv-2) STOPS for a restart: commits, sends no LeaveGroup")
+        assert self.fleet_started is not None
+        restart_at_s = elapsed_s(self.fleet_started) + self.plan.restart_pause_s
+        self._events.append((restart_at_s, self._start_static))
+        self._events.sort(key=lambda e: e[0])
 
     def _start_static(self) -> None:
         self._start_member("inventory", "inventory", 2, True, "range")
+        self.restart["after"] = self.apps["inventory-2"]
         self._say("inventory-2 (static, inv-2) RESTARTS with the same group.instance.id")
 
     # --- progress and story ----------------------------------------------------------------
@@ -220,7 +225,8 @@ class DemoRun:
             apps = [a for n, a in self.apps.items() if n.startswith(group + "-")]
             generations = {a.member.generation.generation_id for a in apps if a.stable}
             stable = sum(1 for a in apps if a.stable)
-            consumed = sum(a.consumed for a in apps)
+            retired = [a for a in self.retired if a.name.startswith(group + "-")]
+            consumed = sum(a.consumed for a in apps + retired)
             gen = ",".join(str(g) for g in sorted(generations)) or "-"
             parts.append(f"{group}: gen {gen} {stable}/{len(apps)} stable {consumed:,} rec")
         totals = admin.totals
@@ -239,7 +245,7 @@ class DemoRun:
             by_name.setdefault(app.name, []).append(app)
         self._story_crash()
         self._story_stall(by_name.get("billing-2", []))
-        self._story_restart(by_name.get("inventory-2", []))
+        self._story_restart()
         totals = self.admin_totals
         print(
             f"- admin tool: {totals.created} of {totals.requested} topics created, "
@@ -283,10 +289,10 @@ class DemoRun:
                 f" rejoined on its next poll {_yes(rejoined)}"
             )
 
-    def _story_restart(self, apps: list[MemberApp]) -> None:
-        if len(apps) < 2 or "before_assignment" not in self.restart:
+    def _story_restart(self) -> None:
+        after: MemberApp | None = self.restart.get("after")
+        if after is None or "before_assignment" not in self.restart:
             return
-        after = apps[-1]
         same = tuple(after.member.assignment()) == tuple(self.restart["before_assignment"])
         committed: dict[TopicPartition, int] = self.restart["committed"]
         resumed = all(after.first_offsets.get(tp, off) == off for tp, off in committed.items())
@@ -316,6 +322,7 @@ class DemoRun:
         if self.transport is not None:
             self.clock.sleep(3 * self.options.trigger_interval_ms + 3_000)  # the last answers
             self.transport.close()
+        self._await_idle(10.0)
         for query in self.queries:
             try:
                 query.stop()
@@ -323,6 +330,14 @@ class DemoRun:
                 log.warning("stopping %s: %s", query.name, error)
         if self.spark is not None:
             self.spark.stop()
+
+    def _await_idle(self, limit_s: float) -> None:
+        """Stop between batches where possible: a batch cancelled mid-way logs a long trace."""
+        end = time.monotonic() + limit_s
+        while time.monotonic() < end:
+            if not any(q.isActive and q.status.get("isTriggerActive") for q in self.queries):
+                return
+            time.sleep(0.05)
 
     def _say(self, text: str) -> None:
         """Before the fleet starts: time since launch; after: time since the fleet started."""
