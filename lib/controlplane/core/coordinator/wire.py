@@ -163,12 +163,17 @@ def _invalid(raw: object, message: str) -> InvalidEvent:
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A JSON integer: exactly ``int`` (a bool is an int subclass in Python, not on the wire)."""
+    return type(value) is int
+
+
+_WORDS: Final = {32: "an int", 64: "a long"}
+_RANGES: Final = {32: (INT32_MIN, INT32_MAX), 64: (INT64_MIN, INT64_MAX)}
 
 
 def _string(obj: Mapping[str, Any], name: str, path: str) -> str | None:
     value = obj.get(name)
-    if value is not None and not isinstance(value, str):
+    if value is not None and type(value) is not str:
         raise WireError(path, f"expected a string, got {_kind(value)}")
     return value
 
@@ -184,15 +189,14 @@ def _integer(
     value = obj.get(name)
     if value is None:
         return None
-    word = "an int" if bits == 32 else "a long"
-    if not _is_int(value):
-        raise WireError(path, f"expected {word}, got {_kind(value)}")
-    low, high = (INT32_MIN, INT32_MAX) if bits == 32 else (INT64_MIN, INT64_MAX)
+    if type(value) is not int:
+        raise WireError(path, f"expected {_WORDS[bits]}, got {_kind(value)}")
+    low, high = _RANGES[bits]
     if not low <= value <= high:
-        raise WireError(path, f"out of range for {word}: {value}")
+        raise WireError(path, f"out of range for {_WORDS[bits]}: {value}")
     if minimum is not None and value < minimum:
         raise WireError(path, f"must be >= {minimum}, got {value}")
-    return int(value)
+    return value
 
 
 def _base64(obj: Mapping[str, Any], name: str, path: str) -> str:
