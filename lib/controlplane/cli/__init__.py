@@ -1,0 +1,1 @@
+"""Command-line entry points dispatched by ``python -m controlplane`` (see __main__.py)."""
