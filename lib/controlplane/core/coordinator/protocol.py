@@ -22,7 +22,10 @@ def supports_protocols(
         return protocol_type != "" and bool(wanted)
     if protocol_type != group_protocol_type:
         return False
-    return any(all(any(p.name == name for p in m.protocols) for m in members) for name in wanted)
+    if not members:
+        return bool(wanted)  # every count is 0 == |members|
+    common = set.intersection(*({p.name for p in m.protocols} for m in members))
+    return any(name in common for name in wanted)
 
 
 def select_protocol(members: Sequence[Member], leader_id: str | None) -> str | None:
