@@ -120,6 +120,25 @@ class CoordinatorMachine(RuleBasedStateMachine):
         answer = self.h.describe()
         assert answer.group_state == self.h.state.phase.value
 
+    @rule()
+    def delete_group(self) -> None:
+        existed = self.h.group is not None
+        empty = existed and self.h.state.phase is GroupPhase.EMPTY
+        answer = self.h.delete()
+        if empty:
+            assert answer.error is Errors.NONE
+            assert self.h.group is None
+        elif existed:
+            assert answer.error is Errors.NON_EMPTY_GROUP
+        else:
+            assert answer.error is Errors.GROUP_ID_NOT_FOUND
+
+    @rule()
+    def fetch(self) -> None:
+        stored = len(self.h.group.offsets) if self.h.group else 0
+        answer = self.h.fetch()
+        assert len(answer.offsets or ()) == stored
+
     @rule(delay_ms=DELAYS_MS)
     def advance_clock(self, delay_ms: int) -> None:
         self.h.sleep(delay_ms)
