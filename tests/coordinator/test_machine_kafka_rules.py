@@ -22,6 +22,7 @@ from support.harness import (
     assert_sync,
     dyn1,
     dyn1j,
+    joinn,
     pending,
     static2,
 )
@@ -170,3 +171,27 @@ def test_a_pending_member_leaving_a_stable_group_starts_a_rebalance() -> None:
     h.leave([(p, None)])
     h.assert_state(PREPARING, 1, members={a})
     assert h.timer(TimerKind.HEARTBEAT, p) is None
+
+
+def test_rebalance_times_out_when_the_leader_never_syncs() -> None:
+    """T-J testRebalanceTimesOutWhenSyncRequestIsNotReceivedFromLeaders."""
+    h = CoordinatorHarness()
+    (m1, m2, m3), _ = joinn(h, 3, 5000, 5000)
+    h.advance_to(7500)
+    for m in (m1, m2, m3):
+        assert h.heartbeat(m, 1).error is Errors.NONE
+    follower_syncs = [h.sync(m, 1) for m in (m2, m3)]
+    assert all(c.parked for c in follower_syncs)
+    h.advance_to(10000)
+    for call in follower_syncs:
+        assert_sync(call, Errors.REBALANCE_IN_PROGRESS)
+    h.assert_state(PREPARING, 1, members={m2, m3})
+    assert h.leader == m2
+
+
+def test_a_follower_rejoining_with_a_mismatched_instance_id_is_fenced() -> None:
+    """T-J testStaticMemberRejoinAsFollowerWithMismatchedInstanceId."""
+    h = CoordinatorHarness()
+    _, follower = static2(h)
+    call = h.join(follower, version=9, iid=LEADER_IID, protocols=RR)
+    assert_join_error(call, Errors.FENCED_INSTANCE_ID, member_id=follower)
