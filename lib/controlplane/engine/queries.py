@@ -49,14 +49,24 @@ class CoordinatorRunners:
         return CoordinatorRunner(config, failover_gap_ms=self.failover_gap_ms)
 
 
+_QUOTA_RUNNERS: dict[int, tuple[Any, Runner]] = {}
+
+
 class QuotaRunners:
     def __init__(self, settings: SettingsSource) -> None:
         self.settings = settings
 
     def __call__(self) -> Runner:
+        """One runner (and its resolution index) per configuration object, per worker."""
         from controlplane.core.quota.runner import QuotaRunner
 
-        return QuotaRunner(self.settings.current().quota)
+        config = self.settings.current().quota
+        cached = _QUOTA_RUNNERS.get(id(config))
+        if cached is None or cached[0] is not config:
+            _QUOTA_RUNNERS.clear()
+            cached = (config, QuotaRunner(config))
+            _QUOTA_RUNNERS[id(config)] = cached
+        return cached[1]
 
 
 class QuotaKeyer:
