@@ -11,7 +11,12 @@ from client.latency import LatencyTransport
 from controlplane.client.assignors import TopicPartition
 from controlplane.client.clock import VirtualClock
 from controlplane.client.config import ConsumerConfig
-from controlplane.client.member import GroupMember, MemberState
+from controlplane.client.member import (
+    FencedInstanceIdError,
+    GroupMember,
+    GroupMemberError,
+    MemberState,
+)
 from controlplane.client.records import InMemoryLog, Record
 from controlplane.client.transport_memory import InMemoryTransport
 from controlplane.core.config import CoordinatorConfig, Settings
@@ -227,4 +232,37 @@ def test_requests_in_flight_survive_polls_shorter_than_the_answer_latency(
     assert len(transport.requests(type="sync")) == 1
     assert len(transport.requests(type="offset_fetch")) == 1  # not resent by every short poll
     member.close()
+    slow.close()
+
+
+def test_a_second_instance_with_the_same_instance_id_fences_the_first(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    first = _member(transport, clock, log, "s1", group_instance_id="shared")
+    first.poll(10_000)
+    second = _member(transport, clock, log, "s2", group_instance_id="shared")
+    second.poll(10_000)
+    assert second.assignment() == first.assignment()  # the replacement takes the cached one
+    clock.sleep(2_000)  # the first one's next heartbeat is answered FENCED_INSTANCE_ID
+    assert first.state is MemberState.FENCED
+    with pytest.raises(FencedInstanceIdError):
+        first.poll(1_000)
+    fenced = transport.rows("decisions", type="heartbeat", error="FENCED_INSTANCE_ID")
+    assert len(fenced) == 1
+    second.close()
+
+
+def test_close_completes_a_call_still_in_flight(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    slow = LatencyTransport(transport, clock, latency_ms=60_000)
+    member = GroupMember(_config("c1"), slow, clock, log)
+    assert member.poll(100) == []  # the JoinGroup is still on its way
+    started = clock.now_ms()
+    member.close(timeout_ms=0)
+    assert member.state is MemberState.CLOSED
+    assert clock.now_ms() == started  # nothing waited
+    assert member._requester.calls.pending() == []
+    with pytest.raises(GroupMemberError):
+        member.poll(100)
     slow.close()
