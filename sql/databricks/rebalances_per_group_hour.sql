@@ -1,0 +1,7 @@
+SELECT group_id,
+       date_trunc('HOUR', timestamp_millis(at_ms)) AS hour,
+       count(*) AS rebalances
+FROM group_events
+WHERE kind = 'rebalance_started'
+GROUP BY group_id, date_trunc('HOUR', timestamp_millis(at_ms))
+ORDER BY group_id, hour
