@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import struct
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -69,11 +68,11 @@ class _Entry:
     clock_ms: int
     next_deadline_ms: int | None
     body: bytes | None = None
-    _window: deque[str] | None = None
+    _window: dict[str, None] | None = None  # an ordered set: the last 64 ids, oldest first
     _group: Group | None = None
 
     @property
-    def window(self) -> deque[str]:
+    def window(self) -> dict[str, None]:
         if self._window is None:
             self._load()
         assert self._window is not None
@@ -86,7 +85,10 @@ class _Entry:
         return self._group
 
     def remember(self, event_id: str) -> None:
-        self.window.append(event_id)
+        window = self.window
+        window[event_id] = None
+        if len(window) > IDEMPOTENCE_WINDOW:
+            del window[next(iter(window))]
         self.body = None
 
     def replace(self, group: Group) -> None:
@@ -104,7 +106,7 @@ class _Entry:
 
     def _load(self) -> None:
         if self.body is None:  # a new entry
-            self._window = deque(maxlen=IDEMPOTENCE_WINDOW)
+            self._window = {}
             return
         try:
             (size,) = _WINDOW_SIZE.unpack_from(self.body, 0)
@@ -118,7 +120,7 @@ class _Entry:
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise ValueError("coordinator state: a group's idempotence window is unreadable")
         if self._window is None:
-            self._window = deque(ids, maxlen=IDEMPOTENCE_WINDOW)
+            self._window = dict.fromkeys(ids[-IDEMPOTENCE_WINDOW:])
         if self._group is None:
             self._group = codec.decode_group(self.body[start + size :])
 
@@ -344,8 +346,10 @@ class CoordinatorRunner:
 
 
 def _emit(step: machine.Step, rows: Rows) -> None:
-    rows[DECISIONS].extend(decision.to_row() for decision in step.decisions)
-    rows[GROUP_EVENTS].extend(event.to_row() for event in step.events)
+    if step.decisions:
+        rows[DECISIONS] += [decision.to_row() for decision in step.decisions]
+    if step.events:
+        rows[GROUP_EVENTS] += [event.to_row() for event in step.events]
 
 
 def _extend(outputs: Rows, rows: Mapping[str, Iterable[Row]]) -> None:
