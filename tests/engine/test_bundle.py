@@ -1,0 +1,125 @@
+"""The Databricks bundle, offline: every job definition passes databricks-bundles' typed
+models for each target, every file and entry point it names exists, and the project's
+invariants hold (job clusters with RocksDB, continuous streaming, pause status per target)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from databricks.bundles.jobs import Job
+
+from controlplane.engine.options import parse_engine_options
+from controlplane.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+RESOURCES = ROOT / "conf" / "bundle" / "resources"
+VARIABLE = re.compile(r"\$\{var\.([a-z_]+)\}")
+
+
+def bundle() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "databricks.yml").read_text())
+    return loaded
+
+
+def jobs() -> dict[str, tuple[Path, dict[str, Any]]]:
+    found: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for pattern in bundle()["include"]:
+        for file in sorted(ROOT.glob(pattern)):
+            for name, job in yaml.safe_load(file.read_text())["resources"]["jobs"].items():
+                found[name] = (file, job)
+    return found
+
+
+def variables(target: str) -> dict[str, str]:
+    values = {name: str(spec.get("default", "")) for name, spec in bundle()["variables"].items()}
+    values.update({k: str(v) for k, v in bundle()["targets"][target].get("variables", {}).items()})
+    return values
+
+
+def resolve(node: Any, values: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {k: resolve(v, values) for k, v in node.items()}
+    if isinstance(node, list):
+        return [resolve(v, values) for v in node]
+    if isinstance(node, str):
+        return VARIABLE.sub(lambda m: values[m.group(1)], node)
+    return node
+
+
+def test_the_bundle_has_dev_and_prod_targets_and_the_wheel_artifact() -> None:
+    config = bundle()
+    assert set(config["targets"]) == {"dev", "prod"}
+    assert config["targets"]["dev"]["mode"] == "development"
+    assert config["targets"]["prod"]["mode"] == "production"
+    assert {"catalog", "schema", "checkpoint_root"} <= set(config["variables"])
+    (artifact,) = config["artifacts"].values()
+    assert artifact["type"] == "whl"
+    assert (ROOT / artifact["path"] / "pyproject.toml").is_file()
+
+
+@pytest.mark.parametrize("target", ["dev", "prod"])
+def test_every_job_passes_the_typed_models(target: str) -> None:
+    values = variables(target)
+    for name, (_, job) in jobs().items():
+        resolved = resolve(job, values)
+        assert not VARIABLE.search(str(resolved)), f"{name}: unknown variable"
+        Job.from_dict(resolved)  # raises on unknown fields and bad enum values
+
+
+def test_streaming_jobs_are_continuous_on_job_clusters_with_rocksdb() -> None:
+    found = jobs()
+    for name in ("coordinator", "quota"):
+        _, job = found[name]
+        assert "continuous" in job
+        assert "environments" not in job  # serverless rejects processing-time triggers
+        (cluster,) = job["job_clusters"]
+        conf = cluster["new_cluster"]["spark_conf"]
+        assert conf["spark.sql.streaming.stateStore.providerClass"].endswith(
+            "RocksDBStateStoreProvider"
+        )
+        assert (
+            conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
+        )
+        for task in job["tasks"]:
+            assert task["job_cluster_key"] == cluster["job_cluster_key"]
+    schedule = found["maintenance"][1]["schedule"]
+    assert schedule["quartz_cron_expression"]
+
+
+def test_pause_status_is_set_per_target() -> None:
+    assert variables("dev")["pause_status"] == "PAUSED"
+    assert variables("prod")["pause_status"] == "UNPAUSED"
+    for name, (_, job) in jobs().items():
+        trigger = job.get("continuous") or job.get("schedule")
+        assert trigger["pause_status"] == "${var.pause_status}", name
+
+
+def test_every_file_and_entry_point_named_exists() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    for name, (file, job) in jobs().items():
+        for task in job["tasks"]:
+            if "spark_python_task" in task:
+                script = (file.parent / task["spark_python_task"]["python_file"]).resolve()
+                assert script.is_file(), f"{name}: {script}"
+                assert script.is_relative_to(ROOT / "jobs")
+            if "python_wheel_task" in task:
+                wheel = task["python_wheel_task"]
+                assert wheel["package_name"] == "controlplane"
+                assert wheel["entry_point"] in scripts
+                command = wheel["parameters"][0]
+                assert (ROOT / "lib" / "controlplane" / "cli" / f"{command}.py").is_file()
+            for library in task["libraries"]:
+                assert (file.parent / library["whl"]).resolve().parent == ROOT / "dist"
+
+
+@pytest.mark.parametrize("target", ["dev", "prod"])
+def test_the_config_files_the_targets_name_exist_and_validate(target: str) -> None:
+    path = ROOT / variables(target)["config"]
+    options = parse_engine_options(load_settings(path))
+    assert options.coordinator_source is not None
+    assert options.quota_source is not None
