@@ -57,7 +57,9 @@ class _TableFollower:
         if version == self._version:
             return []
         self._version = version
-        files = [uri for uri in self._table.file_uris() if uri not in self._seen_files]
+        current = self._table.file_uris()
+        self._seen_files.intersection_update(current)  # bounded by the table's live files
+        files = [uri for uri in current if uri not in self._seen_files]
         if not files:
             return []
         import pyarrow.parquet as pq
