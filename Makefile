@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## create .venv and install the project with its pinned dependencies
 
 demo: $(STAMP) ## set up, then run the main job on the embedded local default
-	$(BIN)/python -m controlplane demo --config conf/local.yaml
+	$(BIN)/python -m controlplane demo --config conf/demo.yaml
 
 replay-sample: $(STAMP) ## replay the sample events in conf/ through the group and quota cores
 	$(BIN)/python -m controlplane replay group --events conf/sample/group_events.jsonl --out out/replay-group --config conf/local.yaml
