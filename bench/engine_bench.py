@@ -1,0 +1,278 @@
+"""Engine benchmark: the coordinator query on local[2], group vs shard keying, 100 / 1,000 /
+10,000 groups. Prints figures; asserts nothing about speed.
+
+    PYTHONPATH=lib .venv/bin/python bench/engine_bench.py [--groups 100,1000,10000]
+        [--keyings group,shard] [--seconds 20] [--out out/bench]
+
+Workload per group (one dynamic member, JoinGroup v3, initial rebalance delay 0): a join, a
+sync one second later, then a heartbeat every 3 s; one group in ten goes silent after its sync
+and is removed by its session timeout (6 s). Files are dropped once a second for ``--seconds``
+(the offered rate), into the landing directory of a processing-time query (trigger 500 ms).
+
+Figures per run:
+* offered and sustained events/s (events / (last decision committed - first file dropped));
+* latency p50/p99: ``processed_at_ms`` of the decision's batch - the request's drop time;
+* timer lateness p50/p99/max: ``processed_at_ms`` of a session-timeout removal - its deadline;
+* the core's events/s on the same events (CoordinatorRunner in-process, one call per key per
+  file, state encoded between calls) and the ratio engine / core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
+
+SESSION_MS = 6000
+PROTOCOLS = [{"name": "range", "metadata": "AAEAAAABAAZvcmRlcnM="}]
+
+
+def member_id(group: str, event_id: str, client: str) -> str:
+    return f"{client}-{uuid.uuid5(uuid.NAMESPACE_URL, group + '/' + event_id)}"
+
+
+def workload(groups: int, seconds: int) -> list[list[dict[str, Any]]]:
+    """Events per second-slot (one file each); event_time_ms is filled in at drop time."""
+    slots: list[list[dict[str, Any]]] = [[] for _ in range(seconds)]
+    for g in range(groups):
+        group, client = f"g{g:05d}", f"c{g:05d}"
+        start = g % 3  # spread the joins over the first seconds
+        join_id = f"{group}-join"
+        member = member_id(group, join_id, client)
+        slots[start].append(
+            {
+                "event_id": join_id,
+                "type": "join",
+                "group_id": group,
+                "member_id": "",
+                "client_id": client,
+                "session_timeout_ms": SESSION_MS,
+                "rebalance_timeout_ms": SESSION_MS,
+                "protocol_type": "consumer",
+                "protocols": PROTOCOLS,
+                "request_version": 3,
+            }
+        )
+        slots[start + 1].append(
+            {
+                "event_id": f"{group}-sync",
+                "type": "sync",
+                "group_id": group,
+                "member_id": member,
+                "generation_id": 1,
+                "assignments": [{"member_id": member, "assignment": ""}],
+            }
+        )
+        if g % 10 == 9:
+            continue  # silent: removed by its session timeout
+        for n, slot in enumerate(range(start + 4, seconds, 3)):
+            slots[slot].append(
+                {
+                    "event_id": f"{group}-hb{n}",
+                    "type": "heartbeat",
+                    "group_id": group,
+                    "member_id": member,
+                    "generation_id": 1,
+                }
+            )
+    return slots
+
+
+def core_rate(slots: list[list[dict[str, Any]]], keying: str, shards: int) -> float:
+    from controlplane.core.config import CoordinatorConfig
+    from controlplane.core.coordinator.runner import CoordinatorRunner
+    from controlplane.core.runtime import TimedEvent
+    from controlplane.engine.keying import spark_key_of
+    from controlplane.engine.options import Keying
+
+    runner = CoordinatorRunner(CoordinatorConfig(group_initial_rebalance_delay_ms=0))
+    states: dict[str, bytes | None] = {}
+    total, started = 0, time.perf_counter()
+    for second, events in enumerate(slots):
+        now = 1_000_000 + second * 1000
+        by_key: dict[str, list[TimedEvent]] = defaultdict(list)
+        for event in events:
+            key = spark_key_of(event["group_id"], Keying(keying), shards)
+            by_key[key].append(TimedEvent({**event, "event_time_ms": now}, now))
+        for key, timed in by_key.items():
+            states[key] = runner.run(states.get(key), timed, now).state
+        total += len(events)
+    return total / (time.perf_counter() - started)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    return DeltaTable(str(path)).to_pyarrow_table(columns=None).to_pylist()
+
+
+def run_engine(
+    spark: Any, slots: list[list[dict[str, Any]]], keying: str, shards: int, out: Path
+) -> dict[str, Any]:
+    from controlplane.core.config import parse_settings
+    from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
+    from controlplane.engine.queries import build_coordinator_query, register_progress_listener
+
+    shutil.rmtree(out, ignore_errors=True)
+    landing = out / "landing"
+    landing.mkdir(parents=True)
+    options = EngineOptions(
+        trigger_interval_ms=500,
+        keying=Keying(keying),
+        shards=shards,
+        checkpoint_root=str(out / "checkpoints"),
+        tables_root=str(out / "tables"),
+        writer="delta-rs",
+        coordinator_source=SourceOptions(
+            format="jsonl",
+            path=str(landing),
+            max_files_per_trigger=1000,
+            clean_source=CleanSource.DELETE,
+        ),
+    )
+    settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
+    listener = register_progress_listener(spark, options)
+    query = build_coordinator_query(spark, settings, options=options).start()
+    tables = out / "tables"
+    expected = sum(len(s) for s in slots)
+    silent = sum(
+        1 for s in slots for e in s if e["type"] == "join" and int(e["group_id"][1:]) % 10 == 9
+    )
+    try:
+        _drop(
+            landing,
+            [{"event_id": "warm", "type": "describe", "group_id": "warm", "event_time_ms": 1}],
+            "warm",
+        )
+        _wait(lambda: read(tables / "decisions"), 600)
+        first_drop = time.time()
+        for second, events in enumerate(slots):
+            target = first_drop + second
+            time.sleep(max(0.0, target - time.time()))
+            now_ms = int(time.time() * 1000)
+            _drop(landing, [{**e, "event_time_ms": now_ms} for e in events], f"s{second:04d}")
+        _wait(lambda: len(read(tables / "decisions")) >= expected + 1, 1800)
+        _wait(
+            lambda: (
+                sum(
+                    1
+                    for r in read(tables / "group_events")
+                    if r["reason"] == "session_timeout" and r["kind"] == "member_removed"
+                )
+                >= silent
+            ),
+            600,
+        )
+    finally:
+        query.stop()
+        spark.streams.removeListener(listener)
+    decisions = [r for r in read(tables / "decisions") if r["group_id"] != "warm"]
+    removals = [
+        r
+        for r in read(tables / "group_events")
+        if r["kind"] == "member_removed" and r["reason"] == "session_timeout"
+    ]
+    last_commit = max(r["processed_at_ms"] for r in decisions) / 1000
+    errors: dict[str, int] = defaultdict(int)
+    for r in decisions:
+        errors[r["error"]] += 1
+    progress = read(tables / "query_progress")
+    return {
+        "events": len(decisions),
+        "sustained_eps": len(decisions) / (last_commit - first_drop),
+        "latency_p50_ms": percentile(
+            [r["processed_at_ms"] - r["event_time_ms"] for r in decisions], 0.5
+        ),
+        "latency_p99_ms": percentile(
+            [r["processed_at_ms"] - r["event_time_ms"] for r in decisions], 0.99
+        ),
+        "lateness_p50_ms": percentile([r["processed_at_ms"] - r["at_ms"] for r in removals], 0.5),
+        "lateness_p99_ms": percentile([r["processed_at_ms"] - r["at_ms"] for r in removals], 0.99),
+        "lateness_max_ms": max(
+            (r["processed_at_ms"] - r["at_ms"] for r in removals), default=float("nan")
+        ),
+        "removals": len(removals),
+        "errors": dict(errors),
+        "batches": len(progress),
+    }
+
+
+def _drop(landing: Path, events: list[dict[str, Any]], name: str) -> None:
+    temp = landing / f".{name}.tmp"
+    temp.write_text("".join(json.dumps(e) + "\n" for e in events))
+    os.rename(temp, landing / f"{name}.jsonl")
+
+
+def _wait(check: Any, deadline_s: float) -> None:
+    end = time.time() + deadline_s
+    while time.time() < end:
+        if check():
+            return
+        time.sleep(1.0)
+    raise TimeoutError("the engine did not catch up before the deadline")
+
+
+HEADER = (
+    "groups keying   events  offered/s  engine/s  core/s  ratio  lat_p50  lat_p99"
+    "  late_p50  late_p99  late_max  batches  errors"
+)
+
+
+def line(groups: int, keying: str, offered: float, core: float, f: dict[str, Any]) -> str:
+    eps = f["sustained_eps"]
+    return (
+        f"{groups:6d} {keying:7s} {f['events']:7d} {offered:9.0f} {eps:9.0f} {core:7.0f}"
+        f" {eps / core:6.3f} {f['latency_p50_ms']:8.0f} {f['latency_p99_ms']:8.0f}"
+        f" {f['lateness_p50_ms']:9.0f} {f['lateness_p99_ms']:9.0f} {f['lateness_max_ms']:9.0f}"
+        f" {f['batches']:8d}  {json.dumps(f['errors'])}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--groups", default="100,1000,10000")
+    parser.add_argument("--keyings", default="group,shard")
+    parser.add_argument("--shards", type=int, default=64)
+    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--out", default="out/bench/engine")
+    args = parser.parse_args()
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]
+    )
+    from controlplane.engine.session import build_local_session
+
+    spark = build_local_session("engine-bench", shuffle_partitions=4)
+    print(HEADER)
+    for groups in [int(g) for g in args.groups.split(",")]:
+        slots = workload(groups, args.seconds)
+        offered = sum(len(s) for s in slots) / args.seconds
+        for keying in args.keyings.split(","):
+            core = core_rate(slots, keying, args.shards)
+            out = Path(args.out) / f"{keying}-{groups}"
+            figures = run_engine(spark, slots, keying, args.shards, out)
+            print(line(groups, keying, offered, core, figures), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
