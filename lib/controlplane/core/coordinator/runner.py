@@ -20,13 +20,14 @@ machine (``machine``) under the clock rules of events.md §6:
   at its group's clock (or its own event time, or the shard's latest time, whichever is known).
 
 The state bytes are an envelope: a version byte, the shard's latest time, then per group its
-id, clock, next deadline, idempotence window and the machine's encoding of the group. Groups a
-batch does not touch are copied through without being decoded.
+id, clock, next deadline, idempotence window (an 8-byte digest per event id, so the state does
+not grow with the length of ids) and the machine's encoding of the group. Groups a batch does
+not touch are copied through without being decoded.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,10 +52,12 @@ OUTPUTS: Final = (DECISIONS, GROUP_EVENTS, GROUPS)
 IDEMPOTENCE_WINDOW: Final = 64
 STATE_VERSION: Final = 1
 # The envelope: version, shard clock, group count; per group: id size, clock, next deadline,
-# body size, then the id and the body (the window as a JSON list, then the machine's codec).
+# body size, then the id and the body: the window (a count, then one 8-byte digest per event id,
+# oldest first), then the machine's encoding of the group.
 _SHARD_HEADER: Final = struct.Struct("<BqI")
 _GROUP_HEADER: Final = struct.Struct("<IqqI")
-_WINDOW_SIZE: Final = struct.Struct("<I")
+_WINDOW_SIZE: Final = struct.Struct("<H")
+_DIGEST_BYTES: Final = 8
 _NONE: Final = -(2**63)  # stands for None in the clock and deadline fields
 
 
@@ -68,11 +71,11 @@ class _Entry:
     clock_ms: int
     next_deadline_ms: int | None
     body: bytes | None = None
-    _window: dict[str, None] | None = None  # an ordered set: the last 64 ids, oldest first
+    _window: dict[bytes, None] | None = None  # ordered set of the last 64 id digests
     _group: Group | None = None
 
     @property
-    def window(self) -> dict[str, None]:
+    def window(self) -> dict[bytes, None]:
         if self._window is None:
             self._load()
         assert self._window is not None
@@ -84,9 +87,12 @@ class _Entry:
         assert self._group is not None
         return self._group
 
+    def answered(self, event_id: str) -> bool:
+        return _digest(event_id) in self.window
+
     def remember(self, event_id: str) -> None:
         window = self.window
-        window[event_id] = None
+        window[_digest(event_id)] = None
         if len(window) > IDEMPOTENCE_WINDOW:
             del window[next(iter(window))]
         self.body = None
@@ -99,30 +105,25 @@ class _Entry:
 
     def encoded_body(self) -> bytes:
         if self.body is None:
-            window = json.dumps(list(self.window), ensure_ascii=False).encode("utf-8")
+            window = self.window
             group = codec.encode_group(self.decoded())
-            self.body = b"".join((_WINDOW_SIZE.pack(len(window)), window, group))
+            self.body = b"".join((_WINDOW_SIZE.pack(len(window)), *window, group))
         return self.body
 
     def _load(self) -> None:
         if self.body is None:  # a new entry
             self._window = {}
             return
-        try:
-            (size,) = _WINDOW_SIZE.unpack_from(self.body, 0)
-        except struct.error:
-            raise ValueError("coordinator state: truncated group") from None
+        body = self.body
         start = _WINDOW_SIZE.size
-        try:
-            ids = json.loads(self.body[start : start + size].decode("utf-8"))
-        except ValueError:
-            ids = None
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        count = _WINDOW_SIZE.unpack_from(body, 0)[0] if len(body) >= start else -1
+        end = start + count * _DIGEST_BYTES
+        if count < 0 or count > IDEMPOTENCE_WINDOW or len(body) < end:
             raise ValueError("coordinator state: a group's idempotence window is unreadable")
         if self._window is None:
-            self._window = dict.fromkeys(ids[-IDEMPOTENCE_WINDOW:])
+            self._window = dict.fromkeys(body[i : i + _DIGEST_BYTES] for i in range(start, end, 8))
         if self._group is None:
-            self._group = codec.decode_group(self.body[start + size :])
+            self._group = codec.decode_group(body[end:])
 
 
 class CoordinatorShard:
@@ -245,7 +246,7 @@ class CoordinatorShard:
     def _request(self, group_id: str, request: Request, time_ms: int, rows: Rows) -> None:
         entry = self._advance(group_id, time_ms, rows)
         header = request.header
-        if entry is not None and header.event_id in entry.window:
+        if entry is not None and entry.answered(header.event_id):
             rows[GROUP_EVENTS].append(_duplicate(request, entry.clock_ms))
             return
         self._touched.setdefault(group_id, False)
@@ -343,6 +344,12 @@ class CoordinatorRunner:
             _extend(outputs, shard.tick(tick_ms))
         outputs[GROUPS] = shard.group_rows()
         return RunResult(shard.encode(), outputs, shard.next_deadline_ms())
+
+
+def _digest(event_id: str) -> bytes:
+    """8 bytes of BLAKE2b: a state that does not grow with the length of event ids. Two ids of
+    one window collide with a chance of about 64 in 2**64."""
+    return hashlib.blake2b(event_id.encode("utf-8"), digest_size=_DIGEST_BYTES).digest()
 
 
 def _emit(step: machine.Step, rows: Rows) -> None:
