@@ -21,7 +21,7 @@ INSTANCES = ("pod-0", "pod-1", "pod-2")
 PROTOCOLS = st.sampled_from((R, RR, RB))
 DELAYS_MS = st.sampled_from((0, 1, 250, 500, 1000, 3000, 5000, 10_000, 300_000))
 SESSIONS_MS = st.sampled_from((500, 1000, 5000))
-ANSWERING = ("join", "sync", "heartbeat", "offset_commit")
+ANSWERING = ("join", "sync", "heartbeat")
 
 
 class CoordinatorMachine(RuleBasedStateMachine):
@@ -112,7 +112,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if data.draw(st.booleans()):
             self.h.commit("", -1)
         else:
-            self.h.commit(self._pick(data), self._generation(data))
+            member_id, generation = self._pick(data), self._generation(data)
+            call = self.h.commit(member_id, generation)
+            if member_id in self.fenced and generation >= 0:
+                assert call.error is not Errors.NONE, "a fenced id committed as a member"
 
     @precondition(lambda self: self.h.group is not None)
     @rule()

@@ -29,8 +29,8 @@ def replace_static_member(
     d: Draft, request: JoinGroup, old_member_id: str, new_member_id: str
 ) -> None:
     current_leader_id = d.leader_id or ""
-    old = static.mark_returned(d, d.members[old_member_id])
-    new = _swap(d, old, new_member_id)
+    old = d.members[old_member_id]
+    new = static.mark_returned(d, _swap(d, old, new_member_id))
     d.schedule(TimerKind.HEARTBEAT, new_member_id, old.session_timeout_ms)
     new = update_member(d, new, request)
     if d.phase is GroupPhase.STABLE:

@@ -45,11 +45,13 @@ def goes_offline(d: Draft, member: Member) -> bool:
 
 
 def mark_returned(d: Draft, member: Member) -> Member:
-    """A request from an offline member brings it back (its assignment is still cached)."""
+    """A request from an offline member brings it back (its assignment is still cached) and
+    restarts its session."""
     if member.offline_since_ms is None:
         return member
     returned = dataclasses.replace(member, offline_since_ms=None)
     d.update(returned)
+    d.reset_session(returned)  # alive again: its session runs from now
     d.emit(
         EventKind.STATIC_MEMBER_RETURNED,
         member_id=member.member_id,
