@@ -87,12 +87,9 @@ class _Entry:
         assert self._group is not None
         return self._group
 
-    def answered(self, event_id: str) -> bool:
-        return _digest(event_id) in self.window
-
-    def remember(self, event_id: str) -> None:
+    def remember(self, digest: bytes) -> None:
         window = self.window
-        window[_digest(event_id)] = None
+        window[digest] = None
         if len(window) > IDEMPOTENCE_WINDOW:
             del window[next(iter(window))]
         self.body = None
@@ -246,7 +243,8 @@ class CoordinatorShard:
     def _request(self, group_id: str, request: Request, time_ms: int, rows: Rows) -> None:
         entry = self._advance(group_id, time_ms, rows)
         header = request.header
-        if entry is not None and entry.answered(header.event_id):
+        digest = _digest(header.event_id)
+        if entry is not None and digest in entry.window:
             rows[GROUP_EVENTS].append(_duplicate(request, entry.clock_ms))
             return
         self._touched.setdefault(group_id, False)
@@ -259,7 +257,7 @@ class CoordinatorShard:
                 return
             entry = _Entry(clock_ms=now_ms, next_deadline_ms=None)
             self._entries[group_id] = entry
-        entry.remember(header.event_id)
+        entry.remember(digest)
         self._apply(group_id, entry, step, rows)
 
     def _apply(self, group_id: str, entry: _Entry, step: machine.Step, rows: Rows) -> None:
