@@ -8,6 +8,9 @@
               ``value * 11`` throttles, which is a statement about which principals share a
               sensor (our ``quota_key``).
 * K-79        ControllerApisTest.testCreateTopicsMutationQuota (throttled / not throttled).
+* scratch     a Python restatement of DefaultQuotaCallback (tags and limit, with the
+              quotaTypesEnabled bitmask) compared with ``resolve`` over 400 random
+              histories of quota sets and removals (the §8 "scratch model of §4.2").
 * E-xx        further assertions of the same test classes that have no §8 number:
               ClientQuotaManagerTest.test*QuotaParsing, testSetAndRemove*Quota and
               ControllerMutationQuotaManagerTest.testNew{Strict,Permissive}QuotaFor*.
@@ -24,6 +27,7 @@ enforces (§1.5), answers "throttled" where the produce quota answers "not throt
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -450,3 +454,83 @@ def test_create_topics_mutation_quota(throttle: bool, expected: str) -> None:
     # The quota object's throttleTime: round(25 / 10 * 1000) = 2500 when throttled, else 0.
     assert row["throttle_time_ms"] == (2500 if throttle else 0)
     assert row["error"] == "NONE"  # the request itself succeeds; the error is per topic
+
+
+# --- A scratch model of DefaultQuotaCallback (§4.2), restated from Kafka's code, against resolve
+def _scratch_resolve(
+    entities: dict[Entity, float | None], user: str, client: str
+) -> tuple[tuple[str, str] | None, float | None]:
+    """(metric tags, bound) as Kafka's DefaultQuotaCallback gives them; None tags = no quota type
+    ever enabled (UnboundedControllerMutationQuota). ``entities`` holds every entity ever set,
+    None for a removed one (it still counts in quotaTypesEnabled, not in overriddenQuotas)."""
+    bits = 0
+    for entity_user, entity_client in entities:
+        bits |= 1 if entity_user is None else (2 if entity_client is None else 4)
+    live = {entity for entity, rate in entities.items() if rate is not None}
+    if bits == 0:
+        return None, None
+    if bits == 1:
+        tags = ("", client)
+    elif bits == 2:
+        tags = (user, "")
+    elif bits == 4:
+        tags = (user, client)
+    else:  # the first existing entity of levels 1..6 decides; else levels 7/8
+        walk: list[tuple[Entity, tuple[str, str]]] = [
+            ((user, client), (user, client)),
+            ((user, D), (user, client)),
+            ((user, None), (user, "")),
+            ((D, client), (user, client)),
+            ((D, D), (user, client)),
+            ((D, None), (user, "")),
+        ]
+        tags = next((t for entity, t in walk if entity in live), ("", client))
+    tag_user, tag_client = tags
+    if tag_user and tag_client:
+        order: list[Entity] = [(tag_user, tag_client), (tag_user, D), (D, tag_client), (D, D)]
+    elif tag_user:
+        order = [(tag_user, None), (D, None)]
+    elif tag_client:
+        order = [(None, tag_client), (None, D)]
+    else:
+        order = []
+    bound = next((entities[entity] for entity in order if entity in live), None)
+    return tags, bound
+
+
+_USERS = ["u1", "u2"]
+_CLIENTS = ["c1", "c2"]
+_ENTITIES: list[Entity] = [
+    (u, c) for u in [None, D, *_USERS] for c in [None, D, *_CLIENTS] if (u, c) != (None, None)
+]
+
+
+@pytest.mark.parametrize("seed", range(400))
+def test_resolution_matches_scratch_model(seed: int) -> None:
+    rng = random.Random(seed)
+    cluster = Cluster.start()
+    ever: dict[Entity, float | None] = {}
+    for _ in range(rng.randint(1, 8)):  # a history of sets and removals
+        entity = rng.choice(_ENTITIES)
+        if entity in cluster.entities and rng.random() < 0.4:
+            cluster.set(*entity, None)
+            ever[entity] = None
+        else:
+            rate = float(rng.randint(1, 9))
+            cluster.set(*entity, rate)
+            ever[entity] = rate
+    for user in [*_USERS, "u3", ""]:
+        for client in [*_CLIENTS, "c3", ""]:
+            tags, bound = _scratch_resolve(ever, user, client)
+            got = resolve(user, client, cluster.config)
+            if tags is None:
+                assert got == Resolution(None, None, None)
+                continue
+            tag_user, tag_client = tags
+            if tag_user and tag_client:
+                key = f"user={tag_user}/client-id={tag_client}"
+            elif tag_user:
+                key = f"user={tag_user}"
+            else:
+                key = f"client-id={tag_client}"
+            assert (got.quota_key, got.rate_per_s) == (key, bound), (user, client, ever)
