@@ -131,7 +131,7 @@ def parse_request(raw: Mapping[str, Any]) -> Request:
     if not isinstance(raw, Mapping):
         raise WireError("event", "not a JSON object")
     for name in raw:
-        if not isinstance(name, str) or (name not in KNOWN_FIELDS and not name.startswith("_")):
+        if name not in KNOWN_FIELDS and not (isinstance(name, str) and name.startswith("_")):
             raise WireError(str(name), "unknown field")
     request_type = _request_type(raw)
     header = _header(raw, request_type)
@@ -338,6 +338,34 @@ def _request_type(raw: Mapping[str, Any]) -> RequestType:
 
 
 def _header(raw: Mapping[str, Any], request_type: RequestType) -> Header:
+    """The fields every request carries. The common shape (ids and times only, all of the right
+    type) is built at once; anything else goes through the checks that name the bad field."""
+    get = raw.get
+    event_id, time_ms = get("event_id"), get("event_time_ms")
+    group_id, member_id = get("group_id"), get("member_id")
+    if (
+        type(event_id) is str
+        and event_id
+        and type(time_ms) is int
+        and 0 <= time_ms <= INT64_MAX
+        and type(group_id) is str
+        and type(member_id) is str
+        and all(get(name) is None for name in _RARE_HEADER_FIELDS)
+    ):
+        return Header(event_id, time_ms, group_id, member_id, None, None, None, None, None)
+    return _checked_header(raw, request_type)
+
+
+_RARE_HEADER_FIELDS: Final = (
+    "group_instance_id",
+    "request_version",
+    "reason",
+    "timeout_ms",
+    "arrival_time_ms",
+)
+
+
+def _checked_header(raw: Mapping[str, Any], request_type: RequestType) -> Header:
     event_id = _text(raw, "event_id", "event_id")
     if event_id == "":
         raise WireError("event_id", "must not be empty")
@@ -399,13 +427,18 @@ _USED: Final[Mapping[RequestType, frozenset[str]]] = {
 KNOWN_FIELDS: Final = _HEADER_FIELDS | _OPTIONAL_CHECKS.keys()
 
 
+# Per type, the fields that need no separate check: the header and what the builder reads.
+_READ: Final = {kind: _HEADER_FIELDS | _USED.get(kind, frozenset()) for kind in RequestType}
+
+
 def _check_unused_fields(raw: Mapping[str, Any], request_type: RequestType) -> None:
     """Type-check the present fields this type does not read, so no bad value passes unseen."""
-    used = _USED.get(request_type, frozenset())
-    for name in raw.keys() - used:
-        check = _OPTIONAL_CHECKS.get(name)
-        if check is not None and raw[name] is not None:
-            check(raw)
+    read = _READ[request_type]
+    for name, value in raw.items():
+        if value is not None and name not in read:
+            check = _OPTIONAL_CHECKS.get(name)
+            if check is not None:
+                check(raw)
 
 
 def _rebalance_timeout(raw: Mapping[str, Any]) -> int | None:
