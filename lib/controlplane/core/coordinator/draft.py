@@ -8,7 +8,7 @@ member add/remove, transitions, keyed timers, and the rows the step emits.
 
 from __future__ import annotations
 
-import dataclasses
+from enum import Enum
 from operator import attrgetter
 
 from controlplane.core.config import CoordinatorConfig
@@ -36,6 +36,10 @@ VALID_PREVIOUS: dict[GroupPhase, frozenset[GroupPhase]] = {
     GroupPhase.STABLE: frozenset({GroupPhase.COMPLETING_REBALANCE}),
     GroupPhase.DEAD: frozenset(GroupPhase),
 }
+
+
+class Own(Enum):
+    STEP = "the request the step handles (None for a timer)"
 
 
 class Draft:
@@ -113,9 +117,33 @@ class Draft:
     def answer(self, decision: Decision) -> None:
         self.decisions.append(decision)
 
-    def emit(self, kind: EventKind, **fields: str | int | None) -> None:
-        event = GroupEvent(self.group_id, self.now_ms, kind, event_id=self.event_id)
-        self.events.append(dataclasses.replace(event, **fields))  # type: ignore[arg-type]
+    def emit(
+        self,
+        kind: EventKind,
+        *,
+        member_id: str | None = None,
+        group_instance_id: str | None = None,
+        reason: str | None = None,
+        state_from: str | None = None,
+        state_to: str | None = None,
+        generation_id: int | None = None,
+        event_id: str | Own | None = Own.STEP,
+    ) -> None:
+        """One audit row at the step's clock; ``event_id`` defaults to the step's request."""
+        self.events.append(
+            GroupEvent(
+                self.group_id,
+                self.now_ms,
+                kind,
+                member_id,
+                group_instance_id,
+                reason,
+                state_from,
+                state_to,
+                generation_id,
+                self.event_id if event_id is Own.STEP else event_id,
+            )
+        )
 
     # -- derived facts (§1) -------------------------------------------------------------------
 

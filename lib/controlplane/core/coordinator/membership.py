@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from controlplane.core.coordinator import answers
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.records import EventKind
@@ -65,12 +63,11 @@ def update_member(d: Draft, member: Member, request: JoinGroup) -> Member:
             reason="replaced_by_newer_join",
             event_id=member.awaiting_join.event_id,
         )
-    updated = dataclasses.replace(
-        member,
-        protocols=request.protocols,
-        rebalance_timeout_ms=rebalance_timeout_ms(request),
-        session_timeout_ms=request.session_timeout_ms,
-        awaiting_join=answers.parked(request.header),
+    updated = member.rejoined(
+        request.protocols,
+        rebalance_timeout_ms(request),
+        request.session_timeout_ms,
+        answers.parked(request.header),
     )
     d.update(updated)
     return updated

@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from controlplane.core.coordinator import answers
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.protocol import select_protocol
@@ -54,7 +52,7 @@ def _reset_assignments_and_parked_syncs(d: Draft) -> None:
                     d, member.awaiting_sync, member.member_id, Errors.REBALANCE_IN_PROGRESS
                 )
             )
-        updated = dataclasses.replace(member, assignment="", awaiting_sync=None)
+        updated = member.assigned("")
         d.update(updated)
         if member.awaiting_sync is not None:
             d.reset_session(updated)
@@ -136,7 +134,7 @@ def _answer_joins_and_await_syncs(d: Draft) -> None:
                     d, member.awaiting_join, member.member_id, listing if is_leader else ()
                 )
             )
-        updated = dataclasses.replace(member, awaiting_join=None, is_new=False)
+        updated = member.joined()
         d.update(updated)
         if member.offline_since_ms is not None:
             continue  # §14.1: an offline static member stays offline and owes no sync

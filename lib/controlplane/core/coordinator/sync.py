@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from controlplane.core.coordinator import answers
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.membership import validate_member
@@ -53,7 +51,7 @@ def handle_sync(d: Draft, request: SyncGroup) -> None:
             reason="replaced_by_newer_sync",
             event_id=member.awaiting_sync.event_id,
         )
-    d.update(dataclasses.replace(member, awaiting_sync=answers.parked(header)))
+    d.update(member.syncing(answers.parked(header)))
     if member.member_id == d.leader_id:
         _propagate_assignment(d, request)
 
@@ -69,9 +67,7 @@ def _propagate_assignment(d: Draft, request: SyncGroup) -> None:
     ignored. Every parked sync is answered and the group becomes Stable."""
     given = {a.member_id: a.assignment for a in request.assignments}
     for member in list(d.members.values()):
-        updated = dataclasses.replace(
-            member, assignment=given.get(member.member_id, ""), awaiting_sync=None
-        )
+        updated = member.assigned(given.get(member.member_id, ""))
         d.update(updated)
         if member.awaiting_sync is not None:
             d.answer(answers.sync_ok(d, member.awaiting_sync, member.member_id, updated.assignment))
