@@ -1,1 +1,1 @@
-"""controlplane: Kafka group coordinator and controller mutation quota as streaming state machines."""
+"""controlplane: Kafka group coordinator and mutation quota as streaming state machines."""
