@@ -23,8 +23,6 @@ event came from a file, the line (``events.jsonl:12: ...``). Rules:
 
 from __future__ import annotations
 
-import binascii
-from base64 import b64decode
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -50,14 +48,25 @@ from controlplane.core.coordinator.requests import (
     TopicPartitions,
 )
 from controlplane.core.errors import Errors
+from controlplane.core.jsonwire import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    WireError,
+    array,
+    base64_text,
+    int_field,
+    integer,
+    is_int,
+    json_object,
+    kind,
+    need,
+    string,
+    text,
+)
 from controlplane.core.runtime import TimedEvent
 
 T = TypeVar("T")
-
-INT32_MIN: Final = -(2**31)
-INT32_MAX: Final = 2**31 - 1
-INT64_MIN: Final = -(2**63)
-INT64_MAX: Final = 2**63 - 1
 
 # Fields every request may carry; the type-specific ones are the keys of _OPTIONAL_CHECKS.
 _HEADER_FIELDS: Final = frozenset(
@@ -76,15 +85,6 @@ MAX_VERSION: Final[Mapping[RequestType, int]] = {
     RequestType.DELETE_GROUP: 2,
     RequestType.TICK: INT32_MAX,
 }
-
-
-class WireError(ValueError):
-    """A field that cannot be read; ``field`` is its path in the event."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-        self.problem = problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,111 +154,9 @@ def _invalid(raw: object, message: str) -> InvalidEvent:
         type=text("type"),
         member_id=text("member_id") or "",
         group_instance_id=text("group_instance_id"),
-        event_time_ms=time_ms if _is_int(time_ms) else None,
+        event_time_ms=time_ms if is_int(time_ms) else None,
         message=message,
     )
-
-
-# --- leaves: one JSON value each -------------------------------------------------------------
-
-
-def _is_int(value: object) -> bool:
-    """A JSON integer: exactly ``int`` (a bool is an int subclass in Python, not on the wire)."""
-    return type(value) is int
-
-
-_WORDS: Final = {32: "an int", 64: "a long"}
-_RANGES: Final = {32: (INT32_MIN, INT32_MAX), 64: (INT64_MIN, INT64_MAX)}
-
-
-def _string(obj: Mapping[str, Any], name: str, path: str) -> str | None:
-    value = obj.get(name)
-    if value is not None and type(value) is not str:
-        raise WireError(path, f"expected a string, got {_kind(value)}")
-    return value
-
-
-def _integer(
-    obj: Mapping[str, Any],
-    name: str,
-    path: str,
-    *,
-    bits: int = 32,
-    minimum: int | None = None,
-) -> int | None:
-    value = obj.get(name)
-    if value is None:
-        return None
-    if type(value) is not int:
-        raise WireError(path, f"expected {_WORDS[bits]}, got {_kind(value)}")
-    low, high = _RANGES[bits]
-    if not low <= value <= high:
-        raise WireError(path, f"out of range for {_WORDS[bits]}: {value}")
-    if minimum is not None and value < minimum:
-        raise WireError(path, f"must be >= {minimum}, got {value}")
-    return value
-
-
-def _base64(obj: Mapping[str, Any], name: str, path: str) -> str:
-    value = _text(obj, name, path)
-    try:
-        b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise WireError(path, f"not valid base64 ({exc})") from None
-    return value
-
-
-def _array(
-    obj: Mapping[str, Any],
-    name: str,
-    path: str,
-    item: Callable[[Any, str], T],
-) -> tuple[T, ...] | None:
-    value = obj.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise WireError(path, f"expected an array, got {_kind(value)}")
-    return tuple(item(entry, f"{path}[{index}]") for index, entry in enumerate(value))
-
-
-def _object(value: Any, path: str, fields: frozenset[str]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise WireError(path, f"expected an object, got {_kind(value)}")
-    for name in value:
-        if name not in fields:
-            raise WireError(f"{path}.{name}", "unknown field")
-    return value
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, int):
-        return f"an integer ({value})"
-    if isinstance(value, float):
-        return f"a number ({value!r})"
-    if isinstance(value, str):
-        return f"a string ({value[:40]!r})"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _need(value: T | None, path: str) -> T:
-    if value is None:
-        raise WireError(path, "required")
-    return value
-
-
-def _text(obj: Mapping[str, Any], name: str, path: str) -> str:
-    return _need(_string(obj, name, path), path)
-
-
-def _int(obj: Mapping[str, Any], name: str, path: str, *, bits: int = 32) -> int:
-    return _need(_integer(obj, name, path, bits=bits), path)
 
 
 # --- nested entries --------------------------------------------------------------------------
@@ -271,52 +169,52 @@ _TOPIC_FIELDS: Final = frozenset({"topic", "partitions"})
 
 
 def _protocol(value: Any, path: str) -> Protocol:
-    entry = _object(value, path, _PROTOCOL_FIELDS)
-    name = _text(entry, "name", f"{path}.name")
-    return Protocol(name=name, metadata=_base64(entry, "metadata", f"{path}.metadata"))
+    entry = json_object(value, path, _PROTOCOL_FIELDS)
+    name = text(entry, "name", f"{path}.name")
+    return Protocol(name=name, metadata=base64_text(entry, "metadata", f"{path}.metadata"))
 
 
 def _assignment(value: Any, path: str) -> Assignment:
-    entry = _object(value, path, _ASSIGNMENT_FIELDS)
-    member_id = _text(entry, "member_id", f"{path}.member_id")
-    return Assignment(member_id, _base64(entry, "assignment", f"{path}.assignment"))
+    entry = json_object(value, path, _ASSIGNMENT_FIELDS)
+    member_id = text(entry, "member_id", f"{path}.member_id")
+    return Assignment(member_id, base64_text(entry, "assignment", f"{path}.assignment"))
 
 
 def _leave_identity(value: Any, path: str) -> LeaveIdentity:
-    entry = _object(value, path, _LEAVE_FIELDS)
+    entry = json_object(value, path, _LEAVE_FIELDS)
     return LeaveIdentity(
-        member_id=_string(entry, "member_id", f"{path}.member_id") or "",
+        member_id=string(entry, "member_id", f"{path}.member_id") or "",
         group_instance_id=_instance_id(entry, f"{path}.group_instance_id"),
-        reason=_string(entry, "reason", f"{path}.reason"),
+        reason=string(entry, "reason", f"{path}.reason"),
     )
 
 
 def _offset(value: Any, path: str) -> OffsetEntry:
-    entry = _object(value, path, _OFFSET_FIELDS)
-    topic = _text(entry, "topic", f"{path}.topic")
-    partition = _int(entry, "partition", f"{path}.partition")
-    offset = _int(entry, "offset", f"{path}.offset", bits=64)
-    return OffsetEntry(topic, partition, offset, _string(entry, "metadata", f"{path}.metadata"))
+    entry = json_object(value, path, _OFFSET_FIELDS)
+    topic = text(entry, "topic", f"{path}.topic")
+    partition = int_field(entry, "partition", f"{path}.partition")
+    offset = int_field(entry, "offset", f"{path}.offset", bits=64)
+    return OffsetEntry(topic, partition, offset, string(entry, "metadata", f"{path}.metadata"))
 
 
 def _partition(value: Any, path: str) -> int:
-    if not _is_int(value):
-        raise WireError(path, f"expected an int, got {_kind(value)}")
+    if not is_int(value):
+        raise WireError(path, f"expected an int, got {kind(value)}")
     if not INT32_MIN <= value <= INT32_MAX:
         raise WireError(path, f"out of range for an int: {value}")
     return int(value)
 
 
 def _topic(value: Any, path: str) -> TopicPartitions:
-    entry = _object(value, path, _TOPIC_FIELDS)
-    topic = _text(entry, "topic", f"{path}.topic")
+    entry = json_object(value, path, _TOPIC_FIELDS)
+    topic = text(entry, "topic", f"{path}.topic")
     partitions_path = f"{path}.partitions"
-    partitions = _need(_array(entry, "partitions", partitions_path, _partition), partitions_path)
+    partitions = need(array(entry, "partitions", partitions_path, _partition), partitions_path)
     return TopicPartitions(topic, partitions)
 
 
 def _instance_id(obj: Mapping[str, Any], path: str) -> str | None:
-    value = _string(obj, path.rsplit(".", 1)[-1], path)
+    value = string(obj, path.rsplit(".", 1)[-1], path)
     if value == "":
         raise WireError(path, "must not be empty (null means a dynamic member)")
     return value
@@ -329,7 +227,7 @@ _TYPES: Final = {member.value: member for member in RequestType}
 
 
 def _request_type(raw: Mapping[str, Any]) -> RequestType:
-    name = _text(raw, "type", "type")
+    name = text(raw, "type", "type")
     request_type = _TYPES.get(name)
     if request_type is None:
         known = ", ".join(member.value for member in RequestType)
@@ -366,19 +264,19 @@ _RARE_HEADER_FIELDS: Final = (
 
 
 def _checked_header(raw: Mapping[str, Any], request_type: RequestType) -> Header:
-    event_id = _text(raw, "event_id", "event_id")
+    event_id = text(raw, "event_id", "event_id")
     if event_id == "":
         raise WireError("event_id", "must not be empty")
-    event_time_ms = _int(raw, "event_time_ms", "event_time_ms", bits=64)
+    event_time_ms = int_field(raw, "event_time_ms", "event_time_ms", bits=64)
     if event_time_ms < 0:
         raise WireError("event_time_ms", f"must be >= 0, got {event_time_ms}")
-    group_id = _string(raw, "group_id", "group_id")
+    group_id = string(raw, "group_id", "group_id")
     if group_id is None and request_type != RequestType.TICK:
         raise WireError("group_id", "required")
-    member_id = _string(raw, "member_id", "member_id")
+    member_id = string(raw, "member_id", "member_id")
     if member_id is None and request_type in (RequestType.SYNC, RequestType.HEARTBEAT):
         raise WireError("member_id", "required")
-    version = _integer(raw, "request_version", "request_version", minimum=0)
+    version = integer(raw, "request_version", "request_version", minimum=0)
     newest = MAX_VERSION[request_type]
     if version is not None and version > newest:
         raise WireError(
@@ -391,25 +289,25 @@ def _checked_header(raw: Mapping[str, Any], request_type: RequestType) -> Header
         member_id=member_id or "",
         group_instance_id=_instance_id(raw, "group_instance_id"),
         request_version=version,
-        reason=_string(raw, "reason", "reason"),
-        timeout_ms=_integer(raw, "timeout_ms", "timeout_ms", minimum=0),
-        arrival_time_ms=_integer(raw, "arrival_time_ms", "arrival_time_ms", bits=64, minimum=0),
+        reason=string(raw, "reason", "reason"),
+        timeout_ms=integer(raw, "timeout_ms", "timeout_ms", minimum=0),
+        arrival_time_ms=integer(raw, "arrival_time_ms", "arrival_time_ms", bits=64, minimum=0),
     )
 
 
 _OPTIONAL_CHECKS: Final[Mapping[str, Callable[[Mapping[str, Any]], object]]] = {
-    "client_id": lambda raw: _string(raw, "client_id", "client_id"),
-    "client_host": lambda raw: _string(raw, "client_host", "client_host"),
-    "protocol_type": lambda raw: _string(raw, "protocol_type", "protocol_type"),
-    "protocol_name": lambda raw: _string(raw, "protocol_name", "protocol_name"),
-    "session_timeout_ms": lambda raw: _integer(raw, "session_timeout_ms", "session_timeout_ms"),
+    "client_id": lambda raw: string(raw, "client_id", "client_id"),
+    "client_host": lambda raw: string(raw, "client_host", "client_host"),
+    "protocol_type": lambda raw: string(raw, "protocol_type", "protocol_type"),
+    "protocol_name": lambda raw: string(raw, "protocol_name", "protocol_name"),
+    "session_timeout_ms": lambda raw: integer(raw, "session_timeout_ms", "session_timeout_ms"),
     "rebalance_timeout_ms": lambda raw: _rebalance_timeout(raw),
-    "generation_id": lambda raw: _integer(raw, "generation_id", "generation_id"),
-    "protocols": lambda raw: _array(raw, "protocols", "protocols", _protocol),
-    "assignments": lambda raw: _array(raw, "assignments", "assignments", _assignment),
-    "members": lambda raw: _array(raw, "members", "members", _leave_identity),
-    "offsets": lambda raw: _array(raw, "offsets", "offsets", _offset),
-    "topics": lambda raw: _array(raw, "topics", "topics", _topic),
+    "generation_id": lambda raw: integer(raw, "generation_id", "generation_id"),
+    "protocols": lambda raw: array(raw, "protocols", "protocols", _protocol),
+    "assignments": lambda raw: array(raw, "assignments", "assignments", _assignment),
+    "members": lambda raw: array(raw, "members", "members", _leave_identity),
+    "offsets": lambda raw: array(raw, "offsets", "offsets", _offset),
+    "topics": lambda raw: array(raw, "topics", "topics", _topic),
 }
 
 # The fields each type's builder reads itself; every other present field is only type-checked.
@@ -442,25 +340,25 @@ def _check_unused_fields(raw: Mapping[str, Any], request_type: RequestType) -> N
 
 
 def _rebalance_timeout(raw: Mapping[str, Any]) -> int | None:
-    return _integer(raw, "rebalance_timeout_ms", "rebalance_timeout_ms", minimum=0)
+    return integer(raw, "rebalance_timeout_ms", "rebalance_timeout_ms", minimum=0)
 
 
 def _generation(raw: Mapping[str, Any]) -> int:
-    return _int(raw, "generation_id", "generation_id")
+    return int_field(raw, "generation_id", "generation_id")
 
 
 def _join(raw: Mapping[str, Any], header: Header) -> JoinGroup:
-    session = _int(raw, "session_timeout_ms", "session_timeout_ms")
-    protocol_type = _text(raw, "protocol_type", "protocol_type")
-    protocols = _need(_array(raw, "protocols", "protocols", _protocol), "protocols")
+    session = int_field(raw, "session_timeout_ms", "session_timeout_ms")
+    protocol_type = text(raw, "protocol_type", "protocol_type")
+    protocols = need(array(raw, "protocols", "protocols", _protocol), "protocols")
     return JoinGroup(
         header=header,
         session_timeout_ms=session,
         rebalance_timeout_ms=_rebalance_timeout(raw),
         protocol_type=protocol_type,
         protocols=protocols,
-        client_id=_string(raw, "client_id", "client_id") or "",
-        client_host=_string(raw, "client_host", "client_host") or "",
+        client_id=string(raw, "client_id", "client_id") or "",
+        client_host=string(raw, "client_host", "client_host") or "",
     )
 
 
@@ -468,9 +366,9 @@ def _sync(raw: Mapping[str, Any], header: Header) -> SyncGroup:
     return SyncGroup(
         header=header,
         generation_id=_generation(raw),
-        protocol_type=_string(raw, "protocol_type", "protocol_type"),
-        protocol_name=_string(raw, "protocol_name", "protocol_name"),
-        assignments=_array(raw, "assignments", "assignments", _assignment) or (),
+        protocol_type=string(raw, "protocol_type", "protocol_type"),
+        protocol_name=string(raw, "protocol_name", "protocol_name"),
+        assignments=array(raw, "assignments", "assignments", _assignment) or (),
     )
 
 
@@ -479,19 +377,19 @@ def _heartbeat(raw: Mapping[str, Any], header: Header) -> Heartbeat:
 
 
 def _leave(raw: Mapping[str, Any], header: Header) -> LeaveGroup:
-    members = _array(raw, "members", "members", _leave_identity)
+    members = array(raw, "members", "members", _leave_identity)
     if members == ():
         raise WireError("members", "must name at least one member (or be left out)")
     return LeaveGroup(header=header, members=members)
 
 
 def _offset_commit(raw: Mapping[str, Any], header: Header) -> OffsetCommit:
-    offsets = _need(_array(raw, "offsets", "offsets", _offset), "offsets")
+    offsets = need(array(raw, "offsets", "offsets", _offset), "offsets")
     return OffsetCommit(header=header, generation_id=_generation(raw), offsets=offsets)
 
 
 def _offset_fetch(raw: Mapping[str, Any], header: Header) -> OffsetFetch:
-    return OffsetFetch(header=header, topics=_array(raw, "topics", "topics", _topic))
+    return OffsetFetch(header=header, topics=array(raw, "topics", "topics", _topic))
 
 
 def _describe(raw: Mapping[str, Any], header: Header) -> DescribeGroup:
