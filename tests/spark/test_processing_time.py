@@ -210,3 +210,25 @@ def test_a_restart_longer_than_the_failover_gap_resets_sessions(spark: Any, tmp_
         r for r in read_table(tables / "group_events") if r["reason"] == "coordinator_failover"
     ]
     assert resets, "the failover reset leaves a trace in the audit"
+
+
+def test_sessions_survive_a_restart_shorter_than_the_failover_gap(
+    spark: Any, tmp_path: Path
+) -> None:
+    options = options_for(tmp_path, failover_gap_ms=60_000)
+    tables, landing = Path(options.tables_root), tmp_path / "landing"
+    query = start(spark, options)
+    try:
+        member = stable_member(tables, landing, query, "steady", 30_000)
+        generation = decision(tables, "steady-j1", query)["generation_id"]
+    finally:
+        query.stop()
+    query = start(spark, options)  # back well within the 30 s session
+    try:
+        drop_events(landing, [request("heartbeat", "steady-h1", "steady", member, generation)])
+        assert decision(tables, "steady-h1", query)["error"] == "NONE"
+    finally:
+        query.stop()
+    audit = read_table(tables / "group_events")
+    assert [r for r in audit if r["kind"] == "member_removed"] == []
+    assert [r for r in audit if r["reason"] == "coordinator_failover"] == []  # no reset needed
