@@ -88,3 +88,71 @@ def test_event_time_quota_engine_equals_the_replay(
     rejected = read_table(tables / "rejected_events")
     assert [r["raw"] for r in rejected] == ["this line is not json"]
     assert rejected[0]["reason"].startswith("not JSON")
+
+
+def mutation(event_id: str, partitions: int) -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "event_time_ms": 1,
+        "type": "create_topics",
+        "user": "alice",
+        "client_id": "tf",
+        "request_version": 7,
+        "topics": [{"name": f"topic-{event_id}", "partitions": partitions}],
+    }
+
+
+def test_a_quota_change_applies_from_the_next_batch(spark: Any, tmp_path: Path) -> None:
+    from spark.conftest import drop_events, wait_for
+
+    config = tmp_path / "config.yaml"
+    config.write_text("quotas:\n  - {user: alice, controller_mutation_rate: 1000}\n")
+    landing = tmp_path / "landing"
+    options = EngineOptions(
+        trigger_interval_ms=500,
+        keying=Keying.SHARD,
+        shards=4,
+        checkpoint_root=str(tmp_path / "checkpoints"),
+        tables_root=str(tmp_path / "tables"),
+        writer="delta-rs",
+        quota_source=SourceOptions(
+            format="jsonl", path=str(landing), clean_source=CleanSource.DELETE
+        ),
+    )
+    query = build_quota_query(
+        spark, load_settings(config), config_path=str(config), options=options
+    ).start()
+    tables = Path(options.tables_root)
+
+    def answer(event_id: str) -> dict[str, Any]:
+        rows = wait_for(
+            lambda: [
+                r for r in read_table(tables / "quota_decisions") if r["event_id"] == event_id
+            ],
+            query,
+            what=event_id,
+        )
+        return dict(rows[0])
+
+    try:
+        drop_events(landing, [mutation("q1", 100)])
+        first = answer("q1")
+        assert (first["rate_per_s"], first["throttle_time_ms"], first["error"]) == (
+            1000.0,
+            0,
+            "NONE",
+        )
+        config.write_text("quotas:\n  - {user: alice, controller_mutation_rate: 1}\n")
+        drop_events(landing, [mutation("q2", 100)])
+        second = answer("q2")
+        assert second["rate_per_s"] == 1.0
+        assert second["quota_key"] == first["quota_key"] == "user=alice"
+        drop_events(landing, [mutation("q3", 1)])
+        third = answer("q3")
+        assert third["throttle_time_ms"] > 0
+        assert (
+            third["error"] == "THROTTLING_QUOTA_EXCEEDED"
+            or third["topics"][0]["error"] == "THROTTLING_QUOTA_EXCEEDED"
+        )
+    finally:
+        query.stop()
