@@ -65,6 +65,14 @@ def _row(
     )
 
 
+# The hot answers below build their Decision positionally, in its field order (event_id,
+# group_id, type, member_id, group_instance_id, error, error_message, event_time_ms,
+# decided_at_ms, generation_id, protocol_type, protocol_name, leader_id, skip_assignment,
+# members, assignment): about twice as quick as keywords through ``_row``.
+_JOIN = RequestType.JOIN.value
+_SYNC = RequestType.SYNC.value
+
+
 def join_ok(
     d: Draft,
     request: ParkedRequest,
@@ -74,18 +82,22 @@ def join_ok(
     leader_id: str | None = None,
     skip_assignment: bool = False,
 ) -> Decision:
-    return _row(
-        d,
-        request,
-        RequestType.JOIN,
+    return Decision(
+        request.event_id,
+        d.group_id,
+        _JOIN,
         member_id,
+        request.group_instance_id,
         Errors.NONE,
-        generation_id=d.generation_id,
-        protocol_type=d.protocol_type,
-        protocol_name=d.protocol_name,
-        leader_id=leader_id if leader_id is not None else (d.leader_id or ""),
-        skip_assignment=skip_assignment,
-        members=members,
+        None,
+        request.event_time_ms,
+        d.now_ms,
+        d.generation_id,
+        d.protocol_type,
+        d.protocol_name,
+        leader_id if leader_id is not None else (d.leader_id or ""),
+        skip_assignment,
+        members,
     )
 
 
@@ -93,35 +105,65 @@ def join_error(
     d: Draft, request: ParkedRequest, member_id: str, error: Errors, message: str | None = None
 ) -> Decision:
     """§3.9: generation -1, leader "", protocol type and name null, no members."""
-    return _row(
-        d,
-        request,
-        RequestType.JOIN,
+    return Decision(
+        request.event_id,
+        d.group_id,
+        _JOIN,
         member_id,
+        request.group_instance_id,
         error,
-        error_message=message,
-        generation_id=-1,
-        leader_id="",
-        skip_assignment=False,
-        members=(),
+        message,
+        request.event_time_ms,
+        d.now_ms,
+        -1,
+        None,
+        None,
+        "",
+        False,
+        (),
     )
 
 
 def sync_ok(d: Draft, request: ParkedRequest, member_id: str, assignment: str) -> Decision:
-    return _row(
-        d,
-        request,
-        RequestType.SYNC,
+    return Decision(
+        request.event_id,
+        d.group_id,
+        _SYNC,
         member_id,
+        request.group_instance_id,
         Errors.NONE,
-        protocol_type=d.protocol_type,
-        protocol_name=d.protocol_name,
-        assignment=assignment,
+        None,
+        request.event_time_ms,
+        d.now_ms,
+        None,
+        d.protocol_type,
+        d.protocol_name,
+        None,
+        None,
+        None,
+        assignment,
     )
 
 
 def sync_error(d: Draft, request: ParkedRequest, member_id: str, error: Errors) -> Decision:
-    return _row(d, request, RequestType.SYNC, member_id, error, assignment="")
+    return Decision(
+        request.event_id,
+        d.group_id,
+        _SYNC,
+        member_id,
+        request.group_instance_id,
+        error,
+        None,
+        request.event_time_ms,
+        d.now_ms,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        "",
+    )
 
 
 def simple(d: Draft, header: Header, kind: RequestType, error: Errors, **fields: Any) -> Decision:

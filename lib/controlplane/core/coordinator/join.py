@@ -21,7 +21,7 @@ from controlplane.core.coordinator.rebalance import (
 )
 from controlplane.core.coordinator.replace import replace_static_member
 from controlplane.core.coordinator.requests import JoinGroup
-from controlplane.core.coordinator.state import GroupPhase, TimerKind
+from controlplane.core.coordinator.state import GroupPhase, ParkedRequest, TimerKind
 from controlplane.core.errors import Errors
 
 
@@ -141,25 +141,24 @@ def _join_existing_member(d: Draft, request: JoinGroup) -> None:
         if error is not None:
             d.answer(answers.join_error(d, parked, member_id, error))
         else:
-            _rejoin_known_member(d, request)
+            _rejoin_known_member(d, request, parked)
 
 
-def _rejoin_known_member(d: Draft, request: JoinGroup) -> None:
+def _rejoin_known_member(d: Draft, request: JoinGroup, parked: ParkedRequest) -> None:
     member = static.mark_returned(d, d.members[request.header.member_id])
-    parked = answers.parked(request.header)
     same = matches(member, request.protocols)
     is_leader = member.member_id == d.leader_id
     if d.phase is GroupPhase.PREPARING_REBALANCE:
-        update_member(d, member, request)
+        update_member(d, member, request, parked)
         maybe_complete_join_phase(d)
     elif d.phase is GroupPhase.COMPLETING_REBALANCE and same:
         listing = leader_member_list(d) if is_leader else ()
         d.answer(answers.join_ok(d, parked, member.member_id, listing))
     elif d.phase is GroupPhase.COMPLETING_REBALANCE:
-        update_member(d, member, request)
+        update_member(d, member, request, parked)
         prepare_rebalance(d, "protocol_changed")
     elif d.phase is GroupPhase.STABLE and (is_leader or not same):
-        update_member(d, member, request)
+        update_member(d, member, request, parked)
         prepare_rebalance(d, "leader_rejoined" if is_leader else "protocol_changed")
     elif d.phase is GroupPhase.STABLE:
         d.answer(answers.join_ok(d, parked, member.member_id))

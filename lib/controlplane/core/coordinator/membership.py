@@ -6,7 +6,7 @@ from controlplane.core.coordinator import answers
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.records import EventKind
 from controlplane.core.coordinator.requests import JoinGroup
-from controlplane.core.coordinator.state import Member
+from controlplane.core.coordinator.state import Member, ParkedRequest
 from controlplane.core.errors import Errors
 
 NEWEST_JOIN_VERSION = 9
@@ -53,8 +53,9 @@ def validate_member(d: Draft, member_id: str, group_instance_id: str | None) -> 
     return None
 
 
-def update_member(d: Draft, member: Member, request: JoinGroup) -> Member:
-    """Store the new protocols and timeouts and park the join (replacing a parked one)."""
+def update_member(d: Draft, member: Member, request: JoinGroup, parked: ParkedRequest) -> Member:
+    """Store the new protocols and timeouts and park the join ``parked`` (the request's own,
+    replacing a parked one)."""
     if member.awaiting_join is not None:
         d.emit(
             EventKind.REQUEST_REPLACED,
@@ -67,7 +68,7 @@ def update_member(d: Draft, member: Member, request: JoinGroup) -> Member:
         request.protocols,
         rebalance_timeout_ms(request),
         request.session_timeout_ms,
-        answers.parked(request.header),
+        parked,
     )
     d.update(updated)
     return updated

@@ -29,17 +29,17 @@ def replace_static_member(
     d: Draft, request: JoinGroup, old_member_id: str, new_member_id: str
 ) -> None:
     current_leader_id = d.leader_id or ""
+    parked = answers.parked(request.header)
     old = d.members[old_member_id]
     new = static.mark_returned(d, _swap(d, old, new_member_id))
     d.schedule(TimerKind.HEARTBEAT, new_member_id, old.session_timeout_ms)
-    new = update_member(d, new, request)
+    new = update_member(d, new, request, parked)
     if d.phase is GroupPhase.STABLE:
         selected = select_protocol(list(d.members.values()), d.leader_id)
         if selected != d.protocol_name:
             maybe_prepare_rebalance_or_complete_join(d, "static_member_replaced")
             return
         d.update(dataclasses.replace(new, awaiting_join=None))
-        parked = answers.parked(request.header)
         version = request.header.request_version
         if version is None or version >= 9:
             is_leader = new_member_id == d.leader_id
