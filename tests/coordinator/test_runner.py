@@ -271,15 +271,32 @@ def test_without_failover_the_same_gap_expires_the_member() -> None:
     assert result.outputs[DECISIONS][0]["error"] == "UNKNOWN_MEMBER_ID"
 
 
-def test_failover_applies_on_tick_ms_and_only_beyond_the_gap() -> None:
+def test_failover_applies_on_tick_ms_only_when_a_timer_is_overdue_beyond_the_gap() -> None:
     shard = CoordinatorShard(CONFIG)
     stable_member(shard, "g", 0)
+    deadline = shard.next_deadline_ms()
+    assert deadline is not None
     runner = CoordinatorRunner(CONFIG, failover_gap_ms=60_000)
-    within = runner.run(shard.encode(), [], tick_ms=59_000)
+    within = runner.run(shard.encode(), [], tick_ms=deadline + 59_000)
     assert any(r["kind"] == "member_removed" for r in within.outputs[GROUP_EVENTS])
-    beyond = runner.run(shard.encode(), [], tick_ms=61_000)
+    beyond = runner.run(shard.encode(), [], tick_ms=deadline + 61_000)
     assert not any(r["kind"] == "member_removed" for r in beyond.outputs[GROUP_EVENTS])
-    assert beyond.next_deadline_ms == 61_000 + SESSION_MS
+    assert beyond.next_deadline_ms == deadline + 61_000 + SESSION_MS
+
+
+def test_a_crashed_member_expires_even_when_its_group_was_idle_longer_than_the_gap() -> None:
+    """The gap measures how late a timer fires (the engine was down), not how long the group
+    was quiet: with a gap shorter than the session timeout, a member that stopped heartbeating
+    is still removed when a running engine reaches its deadline."""
+    shard = CoordinatorShard(CONFIG)
+    stable_member(shard, "g", 0)
+    deadline = shard.next_deadline_ms()
+    assert deadline is not None
+    runner = CoordinatorRunner(CONFIG, failover_gap_ms=SESSION_MS // 2)
+    result = runner.run(shard.encode(), [], tick_ms=deadline + 1_000)
+    removed = [r for r in result.outputs[GROUP_EVENTS] if r["kind"] == "member_removed"]
+    assert [r["reason"] for r in removed] == ["session_timeout"]
+    assert not any(r["reason"] == "coordinator_failover" for r in result.outputs[GROUP_EVENTS])
 
 
 # --- invalid events ---------------------------------------------------------------------------

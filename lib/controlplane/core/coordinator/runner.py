@@ -9,15 +9,20 @@ machine (``machine``) under the clock rules of events.md §6:
   own deadline, by ``machine.fire_due``);
 * a ``tick`` with ``group_id`` ticks that group, without one every group (in group id order);
   ``tick(now_ms)`` (the batch time or watermark) does the same at the end of a batch;
-* failover (``failover_gap_ms``): the first time a batch touches a group whose clock is more
-  than the gap behind, its members' sessions are reset (``machine.reset_sessions``) at that
-  time, before its timers fire, as Kafka does when a coordinator loads a group;
+* failover (``failover_gap_ms``): the first time a batch touches a group whose earliest timer
+  is overdue by more than the gap (the engine was stopped or far behind when it should have
+  fired), its members' sessions are reset (``machine.reset_sessions``) at that time, before
+  its timers fire, as Kafka does when a coordinator loads a group. Lateness of a timer, not the
+  lag of the group's clock, is the measure: a group may be idle for hours (no timer due) and a
+  crashed member's session must still expire when its deadline is reached;
 * idempotence: a request whose ``event_id`` is among the group's last 64 handled requests is
   not handled again; it leaves a ``duplicate_request`` group event. The window lives with the
   group: when a group ceases to exist (never created, deleted, expired) it leaves the state,
   and its window with it, so a repeat sent after that is handled as a new request;
 * an invalid event (INVALID_REQUEST) never reaches a group and changes no state; it is answered
-  at its group's clock (or its own event time, or the shard's latest time, whichever is known).
+  at its group's clock or its own event time, whichever is later; with neither, at the latest
+  clock among the shard's groups (0 in an empty shard), so the answer does not depend on how
+  the input was cut into batches.
 
 The state bytes are an envelope: a version byte, the shard's latest time, then per group its
 id, clock, next deadline, idempotence window (an 8-byte digest per event id, so the state does
@@ -214,8 +219,9 @@ class CoordinatorShard:
         if known:
             decided_at_ms = max(known)
             self._see(decided_at_ms)
-        else:
-            decided_at_ms = 0 if self.clock_ms is None else self.clock_ms
+        else:  # no time of its own: the latest clock among the shard's groups, which the
+            # state keeps (the shard's own clock is lost when its last group goes)
+            decided_at_ms = max((e.clock_ms for e in self._entries.values()), default=0)
         rows[DECISIONS].append(invalid.decision(decided_at_ms).to_row())
 
     def _advance(self, group_id: str, time_ms: int, rows: Rows) -> _Entry | None:
@@ -227,8 +233,7 @@ class CoordinatorShard:
         now_ms = max(entry.clock_ms, time_ms)
         first_touch = group_id not in self._visited
         self._visited.add(group_id)
-        gap = self.failover_gap_ms
-        if first_touch and gap is not None and now_ms - entry.clock_ms > gap:
+        if first_touch and self._overdue(entry, now_ms):
             self._apply(group_id, entry, machine.reset_sessions(entry.decoded(), now_ms), rows)
             if group_id not in self._entries:
                 return None
@@ -239,6 +244,14 @@ class CoordinatorShard:
                 group_id, entry, machine.fire_due(entry.decoded(), now_ms, self.config), rows
             )
         return self._entries.get(group_id)
+
+    def _overdue(self, entry: _Entry, now_ms: int) -> bool:
+        """The group's earliest timer should have fired more than the gap ago: the engine was
+        stopped (or far behind), not the group idle, since a running engine calls a key by its
+        deadline. An idle group's clock may lag by hours without its sessions being reset."""
+        gap = self.failover_gap_ms
+        due = entry.next_deadline_ms
+        return gap is not None and due is not None and now_ms - due > gap
 
     def _request(self, group_id: str, request: Request, time_ms: int, rows: Rows) -> None:
         entry = self._advance(group_id, time_ms, rows)
