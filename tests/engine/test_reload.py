@@ -39,3 +39,16 @@ def test_an_unchanged_file_is_not_parsed_again(tmp_path: Path) -> None:
 def test_without_a_file_the_initial_settings_hold() -> None:
     initial = parse_settings({"group.max.size": 3})
     assert SettingsSource(None, initial).current() is initial
+
+
+def test_a_removed_quota_stays_tracked_as_a_rate_less_entry(tmp_path: Path) -> None:
+    """Kafka never turns a quota level off once on: removing every entry leaves them unset."""
+    path = tmp_path / "conf.yaml"
+    write(path, "quotas:\n  - {user: alice, controller_mutation_rate: 10}\n", 1_000_000_000)
+    source = SettingsSource(str(path))
+    assert source.current().quota.quotas[0].controller_mutation_rate == 10.0
+    write(path, "group.max.size: 5\n", 2_000_000_000)
+    quotas = source.current().quota.quotas
+    assert [(q.user, q.client_id, q.controller_mutation_rate) for q in quotas] == [
+        ("alice", None, None)
+    ]
