@@ -9,7 +9,8 @@ member add/remove, transitions, keyed timers, and the rows the step emits.
 from __future__ import annotations
 
 from enum import Enum
-from operator import attrgetter
+from operator import attrgetter, is_
+from typing import TypeVar
 
 from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator import answers
@@ -25,6 +26,7 @@ from controlplane.core.coordinator.state import (
 from controlplane.core.errors import Errors
 
 _TIMER_ORDER = attrgetter("deadline_ms", "seq")
+_T = TypeVar("_T")
 
 # CGS:123-129: the states each state may be entered from.
 VALID_PREVIOUS: dict[GroupPhase, frozenset[GroupPhase]] = {
@@ -38,6 +40,31 @@ VALID_PREVIOUS: dict[GroupPhase, frozenset[GroupPhase]] = {
 }
 
 
+def _scalars(group: Group) -> tuple[object, ...]:
+    """The fields of ``group`` that are not tuples, in the order ``Draft.freeze`` lists them."""
+    return (
+        group.group_id,
+        group.phase,
+        group.previous_phase,
+        group.generation_id,
+        group.protocol_type,
+        group.protocol_name,
+        group.leader_id,
+        group.new_member_added,
+        group.timer_seq,
+        group.empty_since_ms,
+        group.last_commit_ms,
+    )
+
+
+def _same_items(items: tuple[_T, ...], before: tuple[_T, ...]) -> tuple[_T, ...]:
+    """``before`` if ``items`` holds the very same objects in the same order, else ``items``
+    (identity, not equality: a changed member is never compared field by field)."""
+    if len(items) == len(before) and all(map(is_, items, before)):
+        return before
+    return items
+
+
 class Own(Enum):
     STEP = "the request the step handles (None for a timer)"
 
@@ -48,6 +75,7 @@ class Draft:
     def __init__(
         self, group: Group, now_ms: int, event_id: str | None, config: CoordinatorConfig
     ) -> None:
+        self.origin = group  # the step's input: never mutated; freeze reuses its unchanged parts
         self.group_id = group.group_id
         self.phase = group.phase
         self.previous_phase = group.previous_phase
@@ -59,11 +87,8 @@ class Draft:
         self.pending_join: dict[str, None] = dict.fromkeys(group.pending_join_members)
         self.pending_sync: dict[str, None] = dict.fromkeys(group.pending_sync_members)
         self.new_member_added = group.new_member_added
-        self.timers: dict[tuple[TimerKind, str], Timer] = {
-            (t.kind, t.member_id): t for t in group.timers
-        }
+        self._timers: dict[tuple[TimerKind, str], Timer] | None = None
         self.timer_seq = group.timer_seq
-        self._frozen_offsets = group.offsets
         self._offsets: dict[tuple[str, int], StoredOffset] | None = None
         self.empty_since_ms = group.empty_since_ms
         self.last_commit_ms = group.last_commit_ms
@@ -76,40 +101,85 @@ class Draft:
         self.events: list[GroupEvent] = []
 
     def freeze(self) -> Group | None:
+        """The step's result: the input group itself when nothing changed, else a new group
+        sharing the input's unchanged tuples."""
         if self.deleted:
             return None
+        origin = self.origin
+        members = _same_items(tuple(self.members.values()), origin.members)
+        pending_join = _same_items(tuple(self.pending_join), origin.pending_join_members)
+        pending_sync = _same_items(tuple(self.pending_sync), origin.pending_sync_members)
+        timers = self._frozen_timers()
+        offsets = self._frozen_offsets()
+        expansion_queue = _same_items(tuple(self.expansion_queue.values()), origin.expansion_queue)
+        scalars = (
+            self.group_id,
+            self.phase,
+            self.previous_phase,
+            self.generation_id,
+            self.protocol_type,
+            self.protocol_name,
+            self.leader_id,
+            self.new_member_added,
+            self.timer_seq,
+            self.empty_since_ms,
+            self.last_commit_ms,
+        )
+        if (
+            members is origin.members
+            and pending_join is origin.pending_join_members
+            and pending_sync is origin.pending_sync_members
+            and timers is origin.timers
+            and offsets is origin.offsets
+            and expansion_queue is origin.expansion_queue
+            and scalars == _scalars(origin)
+        ):
+            return origin
+        # Positional, in Group's field order (quicker than keywords).
         return Group(
-            group_id=self.group_id,
-            phase=self.phase,
-            previous_phase=self.previous_phase,
-            generation_id=self.generation_id,
-            protocol_type=self.protocol_type,
-            protocol_name=self.protocol_name,
-            leader_id=self.leader_id,
-            members=tuple(self.members.values()),
-            pending_join_members=tuple(self.pending_join),
-            pending_sync_members=tuple(self.pending_sync),
-            new_member_added=self.new_member_added,
-            timers=tuple(sorted(self.timers.values(), key=_TIMER_ORDER)),
-            timer_seq=self.timer_seq,
-            offsets=self._frozen_offsets
-            if self._offsets is None
-            else tuple(self._offsets.values()),
-            empty_since_ms=self.empty_since_ms,
-            last_commit_ms=self.last_commit_ms,
-            expansion_queue=tuple(self.expansion_queue.values()),
+            self.group_id,
+            self.phase,
+            self.previous_phase,
+            self.generation_id,
+            self.protocol_type,
+            self.protocol_name,
+            self.leader_id,
+            members,
+            pending_join,
+            pending_sync,
+            self.new_member_added,
+            timers,
+            self.timer_seq,
+            offsets,
+            self.empty_since_ms,
+            self.last_commit_ms,
+            expansion_queue,
         )
 
-    def _thawed_offsets(self) -> tuple[StoredOffset, ...]:
+    def _frozen_timers(self) -> tuple[Timer, ...]:
+        if self._timers is None:
+            return self.origin.timers
+        timers = tuple(sorted(self._timers.values(), key=_TIMER_ORDER))
+        return _same_items(timers, self.origin.timers)
+
+    def _frozen_offsets(self) -> tuple[StoredOffset, ...]:
         if self._offsets is None:
-            return self._frozen_offsets
-        return tuple(self._offsets.values())
+            return self.origin.offsets
+        return _same_items(tuple(self._offsets.values()), self.origin.offsets)
+
+    @property
+    def timers(self) -> dict[tuple[TimerKind, str], Timer]:
+        """Keyed by (kind, member id); thawed on first use: most join and sync steps never
+        touch a timer."""
+        if self._timers is None:
+            self._timers = {(t.kind, t.member_id): t for t in self.origin.timers}
+        return self._timers
 
     @property
     def offsets(self) -> dict[tuple[str, int], StoredOffset]:
         """Thawed on first use: most requests never touch the offsets."""
         if self._offsets is None:
-            self._offsets = {(o.topic, o.partition): o for o in self._frozen_offsets}
+            self._offsets = {(o.topic, o.partition): o for o in self.origin.offsets}
         return self._offsets
 
     # -- rows ---------------------------------------------------------------------------------
@@ -202,6 +272,10 @@ class Draft:
         self.schedule(kind, member_id, deadline_ms - self.now_ms)
 
     def cancel(self, kind: TimerKind, member_id: str = "") -> None:
+        if self._timers is None and not any(
+            t.kind is kind and t.member_id == member_id for t in self.origin.timers
+        ):
+            return  # nothing to cancel: no need to thaw the timers
         self.timers.pop((kind, member_id), None)
 
     def reset_session(self, member: Member) -> None:
