@@ -8,6 +8,7 @@ member add/remove, transitions, keyed timers, and the rows the step emits.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from enum import Enum
 from operator import attrgetter, is_
 from typing import TypeVar
@@ -57,12 +58,12 @@ def _scalars(group: Group) -> tuple[object, ...]:
     )
 
 
-def _same_items(items: tuple[_T, ...], before: tuple[_T, ...]) -> tuple[_T, ...]:
-    """``before`` if ``items`` holds the very same objects in the same order, else ``items``
-    (identity, not equality: a changed member is never compared field by field)."""
+def _same_items(items: Collection[_T], before: tuple[_T, ...]) -> tuple[_T, ...]:
+    """``before`` if ``items`` holds the very same objects in the same order, else ``items`` as
+    a tuple (identity, not equality: a changed member is never compared field by field)."""
     if len(items) == len(before) and all(map(is_, items, before)):
         return before
-    return items
+    return tuple(items)
 
 
 class Own(Enum):
@@ -106,12 +107,12 @@ class Draft:
         if self.deleted:
             return None
         origin = self.origin
-        members = _same_items(tuple(self.members.values()), origin.members)
-        pending_join = _same_items(tuple(self.pending_join), origin.pending_join_members)
-        pending_sync = _same_items(tuple(self.pending_sync), origin.pending_sync_members)
+        members = _same_items(self.members.values(), origin.members)
+        pending_join = _same_items(self.pending_join.keys(), origin.pending_join_members)
+        pending_sync = _same_items(self.pending_sync.keys(), origin.pending_sync_members)
         timers = self._frozen_timers()
         offsets = self._frozen_offsets()
-        expansion_queue = _same_items(tuple(self.expansion_queue.values()), origin.expansion_queue)
+        expansion_queue = _same_items(self.expansion_queue.values(), origin.expansion_queue)
         scalars = (
             self.group_id,
             self.phase,
@@ -159,13 +160,12 @@ class Draft:
     def _frozen_timers(self) -> tuple[Timer, ...]:
         if self._timers is None:
             return self.origin.timers
-        timers = tuple(sorted(self._timers.values(), key=_TIMER_ORDER))
-        return _same_items(timers, self.origin.timers)
+        return _same_items(sorted(self._timers.values(), key=_TIMER_ORDER), self.origin.timers)
 
     def _frozen_offsets(self) -> tuple[StoredOffset, ...]:
         if self._offsets is None:
             return self.origin.offsets
-        return _same_items(tuple(self._offsets.values()), self.origin.offsets)
+        return _same_items(self._offsets.values(), self.origin.offsets)
 
     @property
     def timers(self) -> dict[tuple[TimerKind, str], Timer]:
@@ -230,10 +230,13 @@ class Draft:
         return None
 
     def awaiting_join_count(self) -> int:
-        return sum(1 for m in self.members.values() if m.awaiting_join is not None)
+        return sum(m.awaiting_join is not None for m in self.members.values())
 
     def has_all_members_joined(self) -> bool:
-        return self.awaiting_join_count() == len(self.members) and not self.pending_join
+        """Every member awaits its join answer (the awaiting count is the member count)."""
+        if self.pending_join:
+            return False
+        return all(m.awaiting_join is not None for m in self.members.values())
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

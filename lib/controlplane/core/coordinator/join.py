@@ -54,7 +54,8 @@ def _accept_joining_member(d: Draft, member_id: str) -> bool:
     member = d.member(member_id)
     if d.phase is GroupPhase.PREPARING_REBALANCE:
         awaiting = member is not None and member.awaiting_join is not None
-        return awaiting or d.awaiting_join_count() < limit
+        # The awaiting count is at most the member count: count only when that is not enough.
+        return awaiting or len(d.members) < limit or d.awaiting_join_count() < limit
     if d.phase in (GroupPhase.COMPLETING_REBALANCE, GroupPhase.STABLE):
         return member is not None or len(d.members) < limit
     return True
@@ -73,9 +74,10 @@ def _refuse_max_size(d: Draft, request: JoinGroup) -> None:
 
 
 def _supports(d: Draft, request: JoinGroup) -> bool:
-    names = (p.name for p in request.protocols)
-    members = list(d.members.values())
-    return supports_protocols(d.phase, d.protocol_type, members, request.protocol_type, names)
+    members = d.members.values()
+    return supports_protocols(
+        d.phase, d.protocol_type, members, request.protocol_type, request.protocols
+    )
 
 
 def _join_new_member(d: Draft, request: JoinGroup) -> None:

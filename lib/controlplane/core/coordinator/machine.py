@@ -12,7 +12,7 @@ from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator import admin, answers, join, leave, offsets, timers
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.heartbeat import fast_heartbeat, handle_heartbeat
-from controlplane.core.coordinator.records import EventKind, MemberResult
+from controlplane.core.coordinator.records import Decision, EventKind, MemberResult
 from controlplane.core.coordinator.requests import (
     REQUEST_TYPE,
     DeleteGroup,
@@ -83,9 +83,16 @@ def handle_general(
         result = group
     else:
         result = _dispatch(d, group, request)
-    own = [x for x in d.decisions if x.event_id == header.event_id]
-    rest = [x for x in d.decisions if x.event_id != header.event_id]
-    return Step(result, tuple(own + rest), tuple(d.events))
+    return Step(result, _own_first(d.decisions, header.event_id), tuple(d.events))
+
+
+def _own_first(decisions: list[Decision], event_id: str) -> tuple[Decision, ...]:
+    """The request's own answer first, then the answers it released, in their order."""
+    if len(decisions) < 2:
+        return tuple(decisions)
+    own = [x for x in decisions if x.event_id == event_id]
+    rest = [x for x in decisions if x.event_id != event_id]
+    return (*own, *rest)
 
 
 def _dispatch(d: Draft, group: Group | None, request: Request) -> Group | None:

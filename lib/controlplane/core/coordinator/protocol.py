@@ -3,29 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 
 from controlplane.core.coordinator.requests import Protocol
 from controlplane.core.coordinator.state import GroupPhase, Member
+
+_NAME = attrgetter("name")
 
 
 def supports_protocols(
     phase: GroupPhase,
     group_protocol_type: str | None,
-    members: Sequence[Member],
+    members: Iterable[Member],
     protocol_type: str,
-    names: Iterable[str],
+    protocols: Sequence[Protocol],
 ) -> bool:
     """An Empty group takes any non-empty type and protocol list; otherwise the type must be the
-    group's and some name must be listed by every current member."""
-    wanted = list(names)
+    group's and some name of ``protocols`` must be listed by every current member (with no
+    member, any name will do)."""
     if phase is GroupPhase.EMPTY:
-        return protocol_type != "" and bool(wanted)
+        return protocol_type != "" and bool(protocols)
     if protocol_type != group_protocol_type:
         return False
-    if not members:
-        return bool(wanted)  # every count is 0 == |members|
-    common = set.intersection(*({p.name for p in m.protocols} for m in members))
-    return any(name in common for name in wanted)
+    common = set(map(_NAME, protocols))
+    for member in members:
+        common.intersection_update(map(_NAME, member.protocols))
+        if not common:
+            return False
+    return bool(common)
 
 
 def select_protocol(members: Sequence[Member], leader_id: str | None) -> str | None:
