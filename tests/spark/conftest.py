@@ -73,3 +73,14 @@ def wait_for(
     raise AssertionError(
         f"timed out waiting for {what or check}; last progress {query.lastProgress}"
     )
+
+
+def assert_same_rows(spark: Any, actual: Sequence[str], expected: Sequence[str]) -> None:
+    """Two collections of canonical JSON rows compared as DataFrames with chispa, in any order
+    (engine tables carry no row order, events.md §5); chispa prints the rows that differ."""
+    from chispa import assert_df_equality
+
+    def frame(rows: Sequence[str]) -> Any:
+        return spark.createDataFrame([(row,) for row in rows], "row string")
+
+    assert_df_equality(frame(actual), frame(expected), ignore_row_order=True)

@@ -21,7 +21,7 @@ from controlplane.engine.options import (
     TimeMode,
 )
 from controlplane.engine.queries import build_coordinator_query
-from spark.conftest import ROOT, read_table
+from spark.conftest import ROOT, assert_same_rows, read_table
 
 pytestmark = pytest.mark.spark
 
@@ -124,10 +124,14 @@ def test_event_time_engine_equals_the_replay(spark: Any, tmp_path: Path, keying:
     tables = Path(options.tables_root)
     decisions = read_table(tables / "decisions")
     unparsed = [row for row in expected["decisions"] if row.get("event_id") is None]
-    assert canonical(decisions) == canonical(
-        [r for r in expected["decisions"] if r.get("event_id") is not None]
+    assert_same_rows(
+        spark,
+        canonical(decisions),
+        canonical([r for r in expected["decisions"] if r.get("event_id") is not None]),
     )
-    assert canonical(read_table(tables / "group_events")) == canonical(expected["group_events"])
+    assert_same_rows(
+        spark, canonical(read_table(tables / "group_events")), canonical(expected["group_events"])
+    )
     invalid = [r for r in decisions if r["error"] == "INVALID_REQUEST" and r["error_message"]]
     assert any("events.jsonl:37: session_timeout_ms" in r["error_message"] for r in invalid)
     rejected = read_table(tables / "rejected_events")
