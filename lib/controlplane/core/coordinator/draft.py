@@ -41,8 +41,8 @@ VALID_PREVIOUS: dict[GroupPhase, frozenset[GroupPhase]] = {
 }
 
 
-def _scalars(group: Group) -> tuple[object, ...]:
-    """The fields of ``group`` that are not tuples, in the order ``Draft.freeze`` lists them."""
+def _scalars(group: Group | Draft) -> tuple[object, ...]:
+    """The fields of a group (or of its draft) that are not tuples."""
     return (
         group.group_id,
         group.phase,
@@ -93,7 +93,9 @@ class Draft:
         self._offsets: dict[tuple[str, int], StoredOffset] | None = None
         self.empty_since_ms = group.empty_since_ms
         self.last_commit_ms = group.last_commit_ms
-        self.expansion_queue: dict[str, Member] = {m.member_id: m for m in group.expansion_queue}
+        self.expansion_queue: dict[str, Member] = (
+            {m.member_id: m for m in group.expansion_queue} if group.expansion_queue else {}
+        )
         self.deleted = False
         self.now_ms = now_ms
         self.event_id = event_id
@@ -113,19 +115,6 @@ class Draft:
         timers = self._frozen_timers()
         offsets = self._frozen_offsets()
         expansion_queue = _same_items(self.expansion_queue.values(), origin.expansion_queue)
-        scalars = (
-            self.group_id,
-            self.phase,
-            self.previous_phase,
-            self.generation_id,
-            self.protocol_type,
-            self.protocol_name,
-            self.leader_id,
-            self.new_member_added,
-            self.timer_seq,
-            self.empty_since_ms,
-            self.last_commit_ms,
-        )
         if (
             members is origin.members
             and pending_join is origin.pending_join_members
@@ -133,7 +122,7 @@ class Draft:
             and timers is origin.timers
             and offsets is origin.offsets
             and expansion_queue is origin.expansion_queue
-            and scalars == _scalars(origin)
+            and _scalars(self) == _scalars(origin)
         ):
             return origin
         # Positional, in Group's field order (quicker than keywords).

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from operator import attrgetter
+from collections.abc import Collection, Sequence
 
 from controlplane.core.coordinator.requests import Protocol
 from controlplane.core.coordinator.state import GroupPhase, Member
-
-_NAME = attrgetter("name")
 
 
 def supports_protocols(
     phase: GroupPhase,
     group_protocol_type: str | None,
-    members: Iterable[Member],
+    members: Collection[Member],
     protocol_type: str,
     protocols: Sequence[Protocol],
 ) -> bool:
@@ -25,12 +22,18 @@ def supports_protocols(
         return protocol_type != "" and bool(protocols)
     if protocol_type != group_protocol_type:
         return False
-    common = set(map(_NAME, protocols))
+    return any(_listed_by_every_member(p.name, members) for p in protocols)
+
+
+def _listed_by_every_member(name: str, members: Collection[Member]) -> bool:
+    # Plain loops: a few times quicker than building a set per member for these short lists.
     for member in members:
-        common.intersection_update(map(_NAME, member.protocols))
-        if not common:
-            return False
-    return bool(common)
+        for protocol in member.protocols:
+            if protocol.name == name:
+                break
+        else:
+            return False  # this member does not list the name
+    return True
 
 
 def select_protocol(members: Sequence[Member], leader_id: str | None) -> str | None:

@@ -67,9 +67,13 @@ def _propagate_assignment(d: Draft, request: SyncGroup) -> None:
     ignored. Every parked sync is answered and the group becomes Stable."""
     given = {a.member_id: a.assignment for a in request.assignments}
     for member in list(d.members.values()):
-        updated = member.assigned(given.get(member.member_id, ""))
+        assignment = given.get(member.member_id, "")
+        if member.awaiting_sync is None:
+            if member.assignment != assignment:  # else the member is unchanged: no copy
+                d.update(member.assigned(assignment))
+            continue
+        updated = member.assigned(assignment)
         d.update(updated)
-        if member.awaiting_sync is not None:
-            d.answer(answers.sync_ok(d, member.awaiting_sync, member.member_id, updated.assignment))
-            d.reset_session(updated)
+        d.answer(answers.sync_ok(d, member.awaiting_sync, member.member_id, assignment))
+        d.reset_session(updated)
     d.transition(GroupPhase.STABLE)
