@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from controlplane.core.coordinator.records import Decision, JoinMember
+from controlplane.core.coordinator.records import Decision, JoinMember, make_decision
 from controlplane.core.coordinator.requests import Header, RequestType
-from controlplane.core.coordinator.state import ParkedRequest
+from controlplane.core.coordinator.state import ParkedRequest, make_parked
 from controlplane.core.errors import Errors
 
 
@@ -38,7 +38,7 @@ class Draft(Protocol):
 
 
 def parked(header: Header) -> ParkedRequest:
-    return ParkedRequest(
+    return make_parked(
         header.event_id, header.event_time_ms, header.request_version, header.group_instance_id
     )
 
@@ -51,7 +51,7 @@ def _row(
     error: Errors,
     **fields: Any,
 ) -> Decision:
-    return Decision(
+    return make_decision(
         event_id=request.event_id,
         group_id=d.group_id,
         type=kind.value,
@@ -82,7 +82,7 @@ def join_ok(
     leader_id: str | None = None,
     skip_assignment: bool = False,
 ) -> Decision:
-    return Decision(
+    return make_decision(
         request.event_id,
         d.group_id,
         _JOIN,
@@ -105,7 +105,7 @@ def join_error(
     d: Draft, request: ParkedRequest, member_id: str, error: Errors, message: str | None = None
 ) -> Decision:
     """§3.9: generation -1, leader "", protocol type and name null, no members."""
-    return Decision(
+    return make_decision(
         request.event_id,
         d.group_id,
         _JOIN,
@@ -125,7 +125,7 @@ def join_error(
 
 
 def sync_ok(d: Draft, request: ParkedRequest, member_id: str, assignment: str) -> Decision:
-    return Decision(
+    return make_decision(
         request.event_id,
         d.group_id,
         _SYNC,
@@ -146,7 +146,7 @@ def sync_ok(d: Draft, request: ParkedRequest, member_id: str, assignment: str) -
 
 
 def sync_error(d: Draft, request: ParkedRequest, member_id: str, error: Errors) -> Decision:
-    return Decision(
+    return make_decision(
         request.event_id,
         d.group_id,
         _SYNC,
@@ -173,7 +173,7 @@ def simple(d: Draft, header: Header, kind: RequestType, error: Errors, **fields:
 
 def plain(group_id: str, now_ms: int, header: Header, kind: RequestType, error: Errors) -> Decision:
     """An answer with no payload, built without a step draft (the heartbeat fast path)."""
-    return Decision(
+    return make_decision(
         event_id=header.event_id,
         group_id=group_id,
         type=kind.value,

@@ -12,15 +12,18 @@ from __future__ import annotations
 import marshal
 from typing import Any, Final
 
-from controlplane.core.coordinator.requests import Protocol
+from controlplane.core.coordinator.requests import make_protocol
 from controlplane.core.coordinator.state import (
     Group,
     GroupPhase,
     Member,
     ParkedRequest,
-    StoredOffset,
-    Timer,
     TimerKind,
+    make_group,
+    make_member,
+    make_offset,
+    make_parked,
+    make_timer,
 )
 
 VERSION: Final = 1
@@ -81,12 +84,12 @@ def encode_group(group: Group) -> bytes:
 
 
 def _unparked(raw: list[Any] | None) -> ParkedRequest | None:
-    return None if raw is None else ParkedRequest(raw[0], raw[1], raw[2], raw[3])
+    return None if raw is None else make_parked(raw[0], raw[1], raw[2], raw[3])
 
 
 def _unmember(raw: list[Any]) -> Member:
     # Positional, in the order of Member's fields (the order ``_member`` writes).
-    return Member(
+    return make_member(
         raw[0],
         raw[1],
         raw[2],
@@ -94,7 +97,7 @@ def _unmember(raw: list[Any]) -> Member:
         raw[4],
         raw[5],
         raw[6],
-        tuple(Protocol(name, metadata) for name, metadata in raw[7]),
+        tuple(make_protocol(name, metadata) for name, metadata in raw[7]),
         raw[8],
         _unparked(raw[9]),
         _unparked(raw[10]),
@@ -119,7 +122,7 @@ def decode_group(data: bytes) -> Group:
 
 def _ungroup(raw: list[Any]) -> Group:
     # Positional, in the order of Group's fields (the order ``encode_group`` writes).
-    return Group(
+    return make_group(
         raw[0],
         _PHASES[raw[1]],
         _PHASES[raw[2]],
@@ -131,9 +134,9 @@ def _ungroup(raw: list[Any]) -> Group:
         tuple(raw[8]),
         tuple(raw[9]),
         raw[10],
-        tuple(Timer(_KINDS[t[0]], t[1], t[2], t[3], t[4], t[5]) for t in raw[11]),
+        tuple(make_timer(_KINDS[t[0]], t[1], t[2], t[3], t[4], t[5]) for t in raw[11]),
         raw[12],
-        tuple(StoredOffset(o[0], o[1], o[2], o[3], o[4]) for o in raw[13]),
+        tuple(make_offset(o[0], o[1], o[2], o[3], o[4]) for o in raw[13]),
         raw[14],
         raw[15],
         tuple(map(_unmember, raw[16])),

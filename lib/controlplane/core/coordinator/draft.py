@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator import answers
-from controlplane.core.coordinator.records import Decision, EventKind, GroupEvent
+from controlplane.core.coordinator.records import Decision, EventKind, GroupEvent, make_event
 from controlplane.core.coordinator.state import (
     Group,
     GroupPhase,
@@ -23,6 +23,8 @@ from controlplane.core.coordinator.state import (
     StoredOffset,
     Timer,
     TimerKind,
+    make_group,
+    make_timer,
 )
 from controlplane.core.errors import Errors
 
@@ -126,7 +128,7 @@ class Draft:
         ):
             return origin
         # Positional, in Group's field order (quicker than keywords).
-        return Group(
+        return make_group(
             self.group_id,
             self.phase,
             self.previous_phase,
@@ -190,7 +192,7 @@ class Draft:
     ) -> None:
         """One audit row at the step's clock; ``event_id`` defaults to the step's request."""
         self.events.append(
-            GroupEvent(
+            make_event(
                 self.group_id,
                 self.now_ms,
                 kind,
@@ -248,7 +250,7 @@ class Draft:
         initial_delay_ms: int | None = None,
         remaining_ms: int | None = None,
     ) -> None:
-        timer = Timer(
+        timer = make_timer(
             kind,
             member_id,
             self.now_ms + delay_ms,

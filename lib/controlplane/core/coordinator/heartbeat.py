@@ -9,8 +9,8 @@ from controlplane.core.coordinator import answers, static
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.membership import validate_member
 from controlplane.core.coordinator.requests import Heartbeat, RequestType
-from controlplane.core.coordinator.state import Group, GroupPhase, Timer, TimerKind
-from controlplane.core.coordinator.step import Step
+from controlplane.core.coordinator.state import Group, GroupPhase, TimerKind, make_timer
+from controlplane.core.coordinator.step import Step, make_step
 from controlplane.core.errors import Errors
 
 
@@ -56,7 +56,7 @@ def fast_heartbeat(group: Group, request: Heartbeat, now_ms: int) -> Step | None
         return None
     if header.group_instance_id not in (None, member.group_instance_id):
         return None
-    timer = Timer(
+    timer = make_timer(
         TimerKind.HEARTBEAT, member.member_id, now_ms + member.session_timeout_ms, group.timer_seq
     )
     timers = [
@@ -70,4 +70,4 @@ def fast_heartbeat(group: Group, request: Heartbeat, now_ms: int) -> Step | None
     if group.phase is GroupPhase.PREPARING_REBALANCE:
         error = Errors.REBALANCE_IN_PROGRESS
     decision = answers.plain(group.group_id, now_ms, header, RequestType.HEARTBEAT, error)
-    return Step(updated, (decision,), ())
+    return make_step(updated, (decision,), ())

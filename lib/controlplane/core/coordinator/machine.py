@@ -29,6 +29,7 @@ from controlplane.core.coordinator.requests import (
 )
 from controlplane.core.coordinator.state import Group, GroupPhase
 from controlplane.core.coordinator.step import Step as Step
+from controlplane.core.coordinator.step import make_step
 from controlplane.core.coordinator.sync import handle_sync
 from controlplane.core.errors import Errors
 
@@ -40,21 +41,21 @@ def next_deadline_ms(group: Group) -> int | None:
 def fire_due(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:
     """Fire every timer due at ``now_ms`` in (deadline, sequence) order, each at its deadline."""
     if not group.timers or group.timers[0].deadline_ms > now_ms:
-        return Step(group, (), ())  # timers are kept in (deadline, sequence) order
+        return make_step(group, (), ())  # timers are kept in (deadline, sequence) order
     d = Draft(group, now_ms, None, config)
     while not d.deleted:
         timer = timers.pop_due(d, now_ms)
         if timer is None:
             break
         timers.fire(d, timer)
-    return Step(d.freeze(), tuple(d.decisions), tuple(d.events))
+    return make_step(d.freeze(), tuple(d.decisions), tuple(d.events))
 
 
 def reset_sessions(group: Group, now_ms: int) -> Step:
     """coordinator_failover (events.md §6): every session deadline restarts at ``now_ms``."""
     d = Draft(group, now_ms, None, CoordinatorConfig())
     admin.reset_sessions(d)
-    return Step(d.freeze(), tuple(d.decisions), tuple(d.events))
+    return make_step(d.freeze(), tuple(d.decisions), tuple(d.events))
 
 
 def group_row(group: Group, now_ms: int) -> dict[str, Any]:
@@ -75,7 +76,7 @@ def handle_general(
 ) -> Step:
     """``handle`` without the heartbeat fast path: every request through a step draft."""
     if isinstance(request, Tick):
-        return Step(group, (), ())
+        return make_step(group, (), ())
     header = request.header
     d = Draft(group or Group(header.group_id or ""), now_ms, header.event_id, config)
     if not header.group_id:
@@ -83,7 +84,7 @@ def handle_general(
         result = group
     else:
         result = _dispatch(d, group, request)
-    return Step(result, _own_first(d.decisions, header.event_id), tuple(d.events))
+    return make_step(result, _own_first(d.decisions, header.event_id), tuple(d.events))
 
 
 def _own_first(decisions: list[Decision], event_id: str) -> tuple[Decision, ...]:

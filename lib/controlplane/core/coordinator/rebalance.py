@@ -9,7 +9,7 @@ from __future__ import annotations
 from controlplane.core.coordinator import answers
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.protocol import select_protocol
-from controlplane.core.coordinator.records import EventKind, JoinMember
+from controlplane.core.coordinator.records import EventKind, JoinMember, make_join_member
 from controlplane.core.coordinator.state import GroupPhase, TimerKind
 from controlplane.core.errors import Errors
 
@@ -118,7 +118,7 @@ def _init_next_generation(d: Draft) -> None:
 
 def leader_member_list(d: Draft) -> tuple[JoinMember, ...]:
     return tuple(
-        JoinMember(m.member_id, m.group_instance_id, m.metadata_for(d.protocol_name))
+        make_join_member(m.member_id, m.group_instance_id, m.metadata_for(d.protocol_name))
         for m in d.members.values()
     )
 

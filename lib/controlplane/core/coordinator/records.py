@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from controlplane.core.coordinator.frozen import fast_constructor
 from controlplane.core.errors import Errors
 
 
@@ -147,3 +148,9 @@ def _rows(items: tuple[Any, ...] | None) -> list[dict[str, Any]] | None:
     if items is None:
         return None
     return [{name: getattr(item, name) for name in item.__slots__} for item in items]
+
+
+# Quick constructors (``frozen.py``): same arguments, same values, several times quicker.
+make_decision = fast_constructor(Decision)
+make_event = fast_constructor(GroupEvent)
+make_join_member = fast_constructor(JoinMember)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from controlplane.core.coordinator.frozen import fast_constructor
+
 
 class RequestType(StrEnum):
     JOIN = "join"
@@ -152,3 +154,6 @@ REQUEST_TYPE: dict[type, RequestType] = {
     DeleteGroup: RequestType.DELETE_GROUP,
     Tick: RequestType.TICK,
 }
+
+
+make_protocol = fast_constructor(Protocol)  # quick constructor (``frozen.py``), for decoding

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
+from controlplane.core.coordinator.frozen import fast_constructor
 from controlplane.core.coordinator.requests import Protocol
 
 
@@ -146,7 +147,7 @@ class Member:
         awaiting_sync: ParkedRequest | None,
         is_new: bool,
     ) -> Member:
-        return Member(
+        return make_member(
             self.member_id,
             self.group_instance_id,
             self.client_id,
@@ -212,7 +213,7 @@ class Group:
 
     def with_timers(self, timers: tuple[Timer, ...], timer_seq: int) -> Group:
         """A copy with other timers (the heartbeat fast path; quicker than ``replace``)."""
-        return Group(
+        return make_group(
             self.group_id,
             self.phase,
             self.previous_phase,
@@ -231,3 +232,11 @@ class Group:
             self.last_commit_ms,
             self.expansion_queue,
         )
+
+
+# Quick constructors (``frozen.py``): same arguments, same values, several times quicker.
+make_parked = fast_constructor(ParkedRequest)
+make_member = fast_constructor(Member)
+make_timer = fast_constructor(Timer)
+make_offset = fast_constructor(StoredOffset)
+make_group = fast_constructor(Group)
