@@ -44,13 +44,15 @@ def select_protocol(members: Sequence[Member], leader_id: str | None) -> str | N
     """
     if not members:
         return None
-    candidates = set.intersection(*({p.name for p in m.protocols} for m in members))
+    candidates = {p.name for p in members[0].protocols if _listed_by_every_member(p.name, members)}
     if not candidates:
         return None
     votes: dict[str, int] = dict.fromkeys(candidates, 0)
     for member in members:
-        choice = next(p.name for p in member.protocols if p.name in candidates)
-        votes[choice] += 1
+        for protocol in member.protocols:
+            if protocol.name in votes:  # the member's first candidate: its vote
+                votes[protocol.name] += 1
+                break
     leader = next((m for m in members if m.member_id == leader_id), members[0])
     preference = {p.name: i for i, p in enumerate(leader.protocols)}
     return min(votes, key=lambda name: (-votes[name], preference.get(name, len(preference)), name))

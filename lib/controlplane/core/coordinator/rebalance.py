@@ -79,7 +79,7 @@ def maybe_complete_join_phase(d: Draft) -> None:
 def complete_join(d: Draft) -> None:
     d.cancel(TimerKind.JOIN)
     for member in list(d.members.values()):
-        if not member.is_static and member.awaiting_join is None:
+        if member.awaiting_join is None and not member.is_static:
             d.remove_member(member.member_id, "rebalance_timeout")
     if d.phase is GroupPhase.DEAD:
         return
