@@ -2,12 +2,15 @@
 
     PYTHONPATH=lib python bench/coordinator_bench.py [--groups 10000] [--storm-groups 1000]
 
-* setup: every group gets 10 members (join v3, the join phase completes at a tick, the leader
-  and the followers sync), through the shard (wire parsing + runner + machine);
+* setup: every group gets 10 members (join v3 at one instant, the initial rebalance delay
+  elapses at a tick and the join phase completes with all ten, the leader and the followers
+  sync), through the shard (wire parsing + runner + machine); every group ends Stable;
 * steady heartbeats: one heartbeat from every member of every group, twice, measured two
   ways: the machine alone (``machine.handle`` on parsed requests) and through the shard
   (wire dicts parsed, clock rules, idempotence window);
-* rebalance storm: every member of ``--storm-groups`` groups rejoins, then all sync;
+* rebalance storm from Stable groups: every member of ``--storm-groups`` groups rejoins (the
+  leader's rejoin starts the rebalance, the tenth completes it), then all sync; measured on
+  the machine alone (each group's state threaded from call to call) and through the shard;
 * encoding: the machine's codec on one 10-member Stable group, and the shard envelope.
 """
 
@@ -20,6 +23,7 @@ import os
 import platform
 import pstats
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,7 +33,7 @@ from controlplane.core.coordinator.runner import CoordinatorShard
 from controlplane.core.coordinator.wire import parse_request
 from controlplane.core.runtime import TimedEvent
 
-CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=0)
+CONFIG = CoordinatorConfig()  # Kafka's defaults: initial rebalance delay 3 s
 MEMBERS = 10
 SESSION_MS = 30_000
 T0 = 1_700_000_000_000
@@ -110,17 +114,41 @@ def members_of(shard: CoordinatorShard, group_id: str) -> tuple[list[str], int]:
     return [m.member_id for m in group.members], group.generation_id
 
 
-def form_groups(shard: CoordinatorShard, traffic: Traffic, groups: list[str], t: int) -> None:
+def form_groups(shard: CoordinatorShard, traffic: Traffic, groups: list[str], t: int) -> int:
+    """Ten joins per group at ``t``; the initial delay runs out; leader and followers sync.
+    Returns the time the groups are Stable at."""
     joins = [traffic.join(g, t) for g in groups for _ in range(MEMBERS)]
     feed(shard, joins)
-    shard.tick(t)  # the join phases complete
+    # The initial delay elapses, is extended once (members joined during it, Kafka's
+    # InitialDelayedJoin), then the join phases complete with all ten members.
+    for _ in range(2):
+        t += CONFIG.group_initial_rebalance_delay_ms
+        shard.tick(t)
+    feed(shard, syncs_of(shard, traffic, groups, t))
+    return t
+
+
+def syncs_of(
+    shard: CoordinatorShard, traffic: Traffic, groups: list[str], t: int
+) -> list[TimedEvent]:
+    """The leader's sync (with every assignment) then each follower's, for every group."""
     syncs = []
     for g in groups:
         ids, generation = members_of(shard, g)
-        leader = shard.group(g).leader_id  # type: ignore[union-attr]
-        syncs.append(traffic.sync(g, t, str(leader), generation, ids))
+        leader = str(shard.group(g).leader_id)  # type: ignore[union-attr]
+        syncs.append(traffic.sync(g, t, leader, generation, ids))
         syncs.extend(traffic.sync(g, t, m, generation, []) for m in ids if m != leader)
-    feed(shard, syncs)
+    return syncs
+
+
+def check(condition: bool, what: str) -> None:
+    """The benchmark measures what it claims only if the protocol went as planned."""
+    if not condition:
+        raise SystemExit(f"benchmark setup went wrong: {what}")
+
+
+def phases(shard: CoordinatorShard, groups: list[str]) -> Counter[str]:
+    return Counter(str(shard.group(g).phase) for g in groups)  # type: ignore[union-attr]
 
 
 def bench(args: argparse.Namespace) -> None:
@@ -130,18 +158,21 @@ def bench(args: argparse.Namespace) -> None:
     groups = [f"group-{i:05d}" for i in range(args.groups)]
     setup = args.groups * (MEMBERS * 2)
     gc.disable()  # the setup builds a large heap; collect once, then freeze it (below)
+    stable_at: list[int] = []
     timed(
         f"setup: {args.groups:,} groups x {MEMBERS} (join + sync, shard)",
         setup,
-        lambda: form_groups(shard, traffic, groups, T0),
+        lambda: stable_at.append(form_groups(shard, traffic, groups, T0)),
     )
+    check(phases(shard, groups) == Counter({"Stable": len(groups)}), f"{phases(shard, groups)}")
+    check(all(len(members_of(shard, g)[0]) == MEMBERS for g in groups), "a group is not full")
 
     # The shard now holds every group decoded (millions of objects); a Spark worker holds only
     # the key it runs. Freeze them out of the cyclic GC so its scans do not dominate the timing.
     gc.enable()
     gc.collect()
     gc.freeze()
-    t = T0 + 3_000
+    t = stable_at[0] + 3_000
     beats = [traffic.heartbeat(g, t, m, gen) for g in groups for m, gen in _ids(shard, g)]
     parsed = [(shard.group(str(e.event["group_id"])), parse_request(e.event)) for e in beats]
 
@@ -150,38 +181,79 @@ def bench(args: argparse.Namespace) -> None:
             machine.handle(group, request, t, CONFIG)
 
     core_rate = timed("steady heartbeats: machine.handle alone", len(parsed), machine_only)
+    answers: list[dict[str, Any]] = []
     shard_rate = timed(
         "steady heartbeats: shard.feed (wire + runner + machine)",
         len(beats),
-        lambda: feed(shard, beats),
+        lambda: answers.extend(feed(shard, beats)),
     )
+    errors = Counter(str(row["error"]) for row in answers)
+    check(errors == Counter({"NONE": len(beats)}), f"heartbeat answers {errors}")
     beats2 = [traffic.heartbeat(g, t + 3_000, m, gen) for g in groups for m, gen in _ids(shard, g)]
     timed("steady heartbeats, second round: shard.feed", len(beats2), lambda: feed(shard, beats2))
 
     storm_groups = groups[: args.storm_groups]
     ts = t + 6_000
     rejoins = [traffic.join(g, ts, m) for g in storm_groups for m, _ in _ids(shard, g)]
+    core_storm = storm_machine_alone(shard, storm_groups, rejoins, ts)
     storm = timed(
-        f"rebalance storm: {len(storm_groups):,} groups, every member rejoins",
+        f"rebalance storm: {len(storm_groups):,} Stable groups, every member rejoins, shard",
         len(rejoins),
         lambda: feed(shard, rejoins),
     )
-    resyncs = []
-    for g in storm_groups:
-        ids, generation = members_of(shard, g)
-        leader = str(shard.group(g).leader_id)  # type: ignore[union-attr]
-        resyncs.append(traffic.sync(g, ts, leader, generation, ids))
-        resyncs.extend(traffic.sync(g, ts, m, generation, []) for m in ids if m != leader)
-    timed("rebalance storm: every member syncs", len(resyncs), lambda: feed(shard, resyncs))
+    check(
+        phases(shard, storm_groups) == Counter({"CompletingRebalance": len(storm_groups)}),
+        f"after the rejoins {phases(shard, storm_groups)}",
+    )
+    resyncs = syncs_of(shard, traffic, storm_groups, ts)
+    timed("rebalance storm: every member syncs, shard", len(resyncs), lambda: feed(shard, resyncs))
+    check(phases(shard, storm_groups) == Counter({"Stable": len(storm_groups)}), "storm end")
 
     encoding(shard, groups[-1])
     if args.profile:
         profile(shard, traffic, groups, t + 9_000)
     print(
-        f"\nsummary (CPU time, one core): machine {core_rate:,.0f} req/s, "
-        f"shard {shard_rate:,.0f} req/s, storm {storm:,.0f} req/s; "
-        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        f"\nsummary (CPU time, one core): heartbeats machine {core_rate:,.0f} req/s, "
+        f"shard {shard_rate:,.0f} req/s; storm rejoins machine {core_storm:,.0f} req/s, "
+        f"shard {storm:,.0f} req/s; load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} CPUs"
     )
+
+
+def storm_machine_alone(
+    shard: CoordinatorShard, storm_groups: list[str], rejoins: list[TimedEvent], ts: int
+) -> float:
+    """The storm on ``machine.handle`` alone, from copies of the shard's Stable groups (frozen
+    values, so the shard is untouched): rejoins, then the leader's and followers' syncs, each
+    group's state threaded from one call to the next. Returns the rejoin rate (CPU)."""
+    states = {g: shard.group(g) for g in storm_groups}
+    joins = [(str(e.event["group_id"]), parse_request(e.event)) for e in rejoins]
+
+    def rejoin_all() -> None:
+        for group_id, request in joins:
+            states[group_id] = machine.handle(states[group_id], request, ts, CONFIG).group
+
+    rate = timed("rebalance storm: every member rejoins, machine alone", len(joins), rejoin_all)
+    syncs = []
+    for g in storm_groups:
+        group = states[g]
+        assert group is not None
+        ids = [m.member_id for m in group.members]
+        raw = Traffic().sync(g, ts, str(group.leader_id), group.generation_id, ids).event
+        syncs.append((g, parse_request(raw)))
+        for m in ids:
+            if m != group.leader_id:
+                follower = Traffic().sync(g, ts, m, group.generation_id, []).event
+                syncs.append((g, parse_request(follower)))
+
+    def sync_all() -> None:
+        for group_id, request in syncs:
+            states[group_id] = machine.handle(states[group_id], request, ts, CONFIG).group
+
+    timed("rebalance storm: every member syncs, machine alone", len(syncs), sync_all)
+    done = Counter(str(group.phase) for group in states.values() if group is not None)
+    check(done == Counter({"Stable": len(storm_groups)}), f"machine-alone storm {done}")
+    return rate
 
 
 def _ids(shard: CoordinatorShard, group_id: str) -> list[tuple[str, int]]:
