@@ -69,6 +69,26 @@ def test_static_members_are_ordered_by_instance_id() -> None:
     assert got == {"zzz-1": ["t-0"], "aaa-2": ["t-1"]}
 
 
+def test_static_members_come_before_dynamic_ones_as_kafka_sorts_them() -> None:
+    # Kafka's MemberInfo order: static members first (by instance id), then dynamic members
+    # (by member id), whatever the ids' spelling.
+    members = [
+        MemberSubscription("a-dynamic", None, ("t",)),
+        MemberSubscription("m-static", "z-instance", ("t",)),
+        MemberSubscription("b-dynamic", None, ("t",)),
+    ]
+    assert _names(RangeAssignor().assign({"t": 4}, members)) == {
+        "m-static": ["t-0", "t-1"],
+        "a-dynamic": ["t-2"],
+        "b-dynamic": ["t-3"],
+    }
+    assert _names(RoundRobinAssignor().assign({"t": 4}, members)) == {
+        "m-static": ["t-0", "t-3"],
+        "a-dynamic": ["t-1"],
+        "b-dynamic": ["t-2"],
+    }
+
+
 def test_every_partition_assigned_exactly_once() -> None:
     members = _members(("a", ("x", "y", "z")), ("b", ("x", "y")), ("c", ("z",)))
     counts = {"x": 7, "y": 2, "z": 5}

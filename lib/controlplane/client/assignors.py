@@ -29,9 +29,12 @@ class MemberSubscription:
     topics: tuple[str, ...]
 
     @property
-    def sort_key(self) -> tuple[str, str]:
-        # Kafka orders members by group.instance.id when static, else by member id.
-        return (self.group_instance_id or self.member_id, self.member_id)
+    def sort_key(self) -> tuple[int, str, str]:
+        # Kafka's MemberInfo order: static members first, by group.instance.id; then dynamic
+        # members, by member id.
+        if self.group_instance_id is not None:
+            return (0, self.group_instance_id, self.member_id)
+        return (1, self.member_id, self.member_id)
 
 
 Assignment = dict[str, list[TopicPartition]]
@@ -103,7 +106,7 @@ BUILTIN_ASSIGNORS: dict[str, Assignor] = {
 }
 
 
-def _key(member: MemberSubscription) -> tuple[str, str]:
+def _key(member: MemberSubscription) -> tuple[int, str, str]:
     return member.sort_key
 
 
