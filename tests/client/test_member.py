@@ -147,6 +147,31 @@ def test_heartbeat_thread_keeps_the_session_while_the_application_is_busy(
     member.close()
 
 
+def test_heartbeats_go_on_during_a_rebalance_until_the_application_polls(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    # KIP-62 / AbstractCoordinator: after REBALANCE_IN_PROGRESS the heartbeat thread keeps
+    # heartbeating until poll() rejoins, so a member busy for longer than its session (within
+    # max.poll.interval.ms) is not expired in the middle of the rebalance.
+    busy = _member(transport, clock, log, "c1")
+    busy.poll(10_000)
+    old_id = busy.member_id
+    newcomer = Runner(clock, _member(transport, clock, log, "c2"))
+    clock.sleep(15_000)  # processing: longer than the session (10 s), within max poll (20 s)
+    assert transport.rows("group_events", kind="member_removed", member_id=old_id) == []
+    rebalancing = transport.rows("decisions", type="heartbeat", error="REBALANCE_IN_PROGRESS")
+    assert len(rebalancing) >= 10
+    busy.poll(10_000)
+    assert busy.state is MemberState.STABLE
+    assert busy.member_id == old_id
+    assert busy.generation.generation_id == 2
+    assert clock.wait_for(lambda: len(newcomer.member.assignment()) == 2, 10_000)
+    assert len(busy.assignment()) == 2
+    newcomer.halt(clock)
+    newcomer.member.close()
+    busy.close()
+
+
 def test_dynamic_member_exceeding_max_poll_interval_leaves_then_rejoins_on_poll(
     clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
 ) -> None:

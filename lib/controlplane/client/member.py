@@ -428,7 +428,7 @@ class GroupMember:
         while not self._closed_or_fenced():
             now_ms = self.clock.now_ms()
             seen = self._version
-            if self._state is not MemberState.STABLE or self._rejoin_needed:
+            if not self._heartbeat_enabled():
                 self.clock.wait_for(self._changed_since(seen), interval_ms)
                 continue
             poll_deadline_ms = self._last_poll_ms + self.config.max_poll_interval_ms
@@ -441,6 +441,12 @@ class GroupMember:
                 continue
             wake_ms = min(due_ms, poll_deadline_ms) - now_ms
             self.clock.wait_for(self._changed_since(seen), wake_ms)
+
+    def _heartbeat_enabled(self) -> bool:
+        """Heartbeat while Stable in a valid generation, also once a rejoin is needed and until
+        poll() starts it (AbstractCoordinator: the session must outlive the application's
+        processing during a rebalance; the coordinator resets it on REBALANCE_IN_PROGRESS)."""
+        return self._state is MemberState.STABLE and self._generation.valid
 
     def _send_heartbeat(self) -> None:
         generation = self._generation
@@ -458,11 +464,14 @@ class GroupMember:
         with self._lock:
             if self._generation != generation:
                 return
+            already_known = self._rejoin_needed and action is p.Action.REJOIN
             self._rejoin_needed = True
             if action is p.Action.RESET_MEMBER:
                 self._member_id = ""
             if action in (p.Action.RESET_MEMBER, p.Action.RESET_GENERATION):
                 self._generation = p.NO_GENERATION
+        if already_known:
+            return  # heartbeating on through the rebalance until poll() rejoins
         self._record("heartbeat_error", error)
         if action is p.Action.FENCED:
             self._set_state(MemberState.FENCED)
