@@ -82,7 +82,7 @@ def test_x04b_new_rate_is_credited_retroactively() -> None:
 
 def test_x05_lower_rate_shrinks_a_full_bucket() -> None:
     fast = QuotaHarness([{"user": "u", "controller_mutation_rate": 10.0}])
-    fast.create_topics("u", {"a": 0})  # full: 110
+    fast.delete_topics("u", {"a": 0})  # a touch that records 0: full, 110
     assert fast.tokens("user=u") == 110.0
     slow = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}])
     slow.session.buckets = fast.session.buckets
@@ -92,7 +92,7 @@ def test_x05_lower_rate_shrinks_a_full_bucket() -> None:
 
 def test_x07_a_clock_near_zero_starts_nearly_empty() -> None:
     h = QuotaHarness([{"user": "u", "controller_mutation_rate": 10.0}], start_ms=1000)
-    h.create_topics("u", {"a": 0})
+    h.delete_topics("u", {"a": 0})  # a touch that records 0
     assert h.tokens("user=u") == 10.0  # 1 s since the epoch at 10/s, not the burst 110
 
 
@@ -152,9 +152,10 @@ def test_strict_all_admitted_answers_zero_even_when_negative() -> None:
 
 
 def test_rejection_then_refill_within_one_request_keeps_the_last_throttle() -> None:
-    """Rejected topics cost nothing: a 0-partition topic after a rejection is rejected too."""
+    """Rejected topics cost nothing: a 0-partition topic after a rejection is rejected too
+    (DeleteTopics: CreateTopics refuses 0 partitions before the quota)."""
     h = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}])
-    row = h.create_topics("u", {"a": 12, "b": 1, "c": 0})
+    row = h.delete_topics("u", {"a": 12, "b": 1, "c": 0})
     assert errors(row) == ["NONE", "THROTTLING_QUOTA_EXCEEDED", "THROTTLING_QUOTA_EXCEEDED"]
     assert row["throttle_time_ms"] == 1000
     event = h.throttles[-1]

@@ -140,9 +140,10 @@ class Cluster:
         self.harness.session = QuotaSession(config, self.harness.session.buckets)
 
     def record(self, user: str, client_id: str, value: int) -> dict[str, Any]:
-        """Kafka's ``maybeRecord(value * numQuotaSamples)``: one permissive request (CreateTopics
-        v5) of ``value * 11`` mutations, at the same instant as every other."""
-        return self.harness.create_topics(user, {"t": value * 11}, client_id=client_id, version=5)
+        """Kafka's ``maybeRecord(value * numQuotaSamples)``: one permissive request (DeleteTopics
+        v4, which records a value of 0 too) of ``value * 11`` mutations, at the same instant as
+        every other."""
+        return self.harness.delete_topics(user, {"t": value * 11}, client_id=client_id, version=4)
 
 
 # --- K-48..K-72: ClientQuotaManagerTest.testQuotaConfigPrecedence ---------------------------

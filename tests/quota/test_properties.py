@@ -119,8 +119,8 @@ class NaiveModel:
     buckets: dict[str, NaiveBucket] = field(default_factory=dict)
 
     def request(
-        self, event_id: str, user: str, time_s: int, parts: list[int], strict: bool
-    ) -> tuple[list[bool], int] | None:
+        self, event_id: str, user: str, time_s: int, parts: list[int], strict: bool, create: bool
+    ) -> tuple[list[str], int] | None:
         bucket = self.buckets.get(user)
         if bucket is not None and max(bucket.clock_s, time_s) * 1000 > (
             bucket.last_record_s * 1000 + INACTIVE_EXPIRATION_MS
@@ -135,19 +135,22 @@ class NaiveModel:
         while bucket.clock_s < time_s:  # one second of refill at a time
             bucket.tokens = min(self.burst, bucket.tokens + self.rate)
             bucket.clock_s += 1
-        admitted: list[bool] = []
+        answers: list[str] = []
         throttle = 0
         for count in parts:
+            if create and count == 0:  # refused before the quota
+                answers.append("INVALID_PARTITIONS")
+                continue
             if strict and bucket.tokens < 0:
-                admitted.append(False)
+                answers.append("THROTTLING_QUOTA_EXCEEDED")
                 throttle = self.round_half_up(Fraction(-bucket.tokens * 1000, self.rate))
                 continue
             bucket.tokens = min(self.burst, bucket.tokens - count)
             bucket.last_record_s = time_s
-            admitted.append(True)
+            answers.append("NONE")
             if not strict and bucket.tokens < 0:
                 throttle = self.round_half_up(Fraction(-bucket.tokens * 1000, self.rate))
-        return admitted, throttle
+        return answers, throttle
 
     @staticmethod
     def round_half_up(value: Fraction) -> int:
@@ -161,6 +164,7 @@ naive_requests = st.lists(
         st.lists(st.integers(min_value=0, max_value=40), max_size=4),
         st.booleans(),  # strict
         st.booleans(),  # repeat the previous event id
+        st.booleans(),  # CreateTopics (0 partitions refused) or DeleteTopics (0 recorded)
     ),
     max_size=40,
 )
@@ -178,26 +182,26 @@ def test_differential_against_naive_model(rate: int, s: int, requests: list[Any]
     session = QuotaSession(config)
     naive = NaiveModel(rate, rate * s)
     time_s = T // 1000
-    for index, (user, later_s, parts, strict, repeat) in enumerate(requests):
+    for index, (user, later_s, parts, strict, repeat, create) in enumerate(requests):
         time_s += later_s
         event_id = f"e{index - 1}" if repeat and index else f"e{index}"
         event = {
             "event_id": event_id,
             "event_time_ms": time_s * 1000,
-            "type": "create_topics",
+            "type": "create_topics" if create else "delete_topics",
             "user": user,
             "client_id": "c",
-            "request_version": 7 if strict else 5,
+            "request_version": (7 if strict else 5) if create else (6 if strict else 4),
             "topics": [{"name": f"t{i}", "partitions": n} for i, n in enumerate(parts)],
         }
         decisions, _ = session.feed(TimedEvent(event, time_s * 1000))
-        expected = naive.request(event_id, user, time_s, parts, strict)
+        expected = naive.request(event_id, user, time_s, parts, strict, create)
         if expected is None:
             assert decisions == []
             continue
         (decision,) = decisions
         assert decision.topic_errors is not None
-        assert [error.name == "NONE" for error in decision.topic_errors] == expected[0]
+        assert [error.name for error in decision.topic_errors] == expected[0]
         assert decision.throttle_time_ms == expected[1]
         bucket = session.buckets[f"user={user}"]
         measured = refill(bucket.tokens, bucket.last_update_ms, time_s * 1000, rate, rate * s)

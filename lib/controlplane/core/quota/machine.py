@@ -10,9 +10,11 @@ decision, throttle event)``. It never reads a clock and never mutates its inputs
 * The response throttle is the last violation's, less the time since (§2.4; zero here, as the
   answer is built in the same millisecond). A strict request whose topics were all admitted
   answers 0 even when it left the bucket negative.
-* Duplicate topic names are answered INVALID_REQUEST per topic and never charged (Kafka checks
-  them before the quota, §3). Validate-only requests are charged unless
-  ``controller.quota.validate.only.charged`` is false; then they touch nothing.
+* Duplicate topic names are answered INVALID_REQUEST per topic, and a CreateTopics or
+  CreatePartitions topic of 0 partitions INVALID_PARTITIONS (numPartitions 0; count == current);
+  neither is charged (Kafka checks both before the quota, §3).
+* Validate-only requests are charged unless ``controller.quota.validate.only.charged`` is false;
+  then they touch nothing.
 * A repeated ``event_id`` among the key's last ``RECENT_EVENT_IDS_MAX`` charged requests is not
   charged again and gets no second row.
 """
@@ -33,13 +35,20 @@ from controlplane.core.quota.bucket import (
     throttle_time_ms,
 )
 from controlplane.core.quota.records import QuotaDecision, ThrottleEvent
-from controlplane.core.quota.requests import Mode, MutationRequest, TopicMutation, mode_of
+from controlplane.core.quota.requests import (
+    Mode,
+    MutationRequest,
+    MutationType,
+    TopicMutation,
+    mode_of,
+)
 from controlplane.core.quota.resolution import Resolution
 
 RECENT_EVENT_IDS_MAX: Final = 64
 NONE: Final = Errors.NONE
 THROTTLED: Final = Errors.THROTTLING_QUOTA_EXCEEDED
 INVALID: Final = Errors.INVALID_REQUEST
+INVALID_PARTITIONS: Final = Errors.INVALID_PARTITIONS
 NO_NAMES: Final[frozenset[str]] = frozenset()
 
 
@@ -133,6 +142,28 @@ def duplicated_names(topics: Sequence[TopicMutation]) -> frozenset[str]:
     return frozenset(twice)
 
 
+def refused_before_quota(request: MutationRequest) -> tuple[Errors | None, ...] | None:
+    """Per topic, the error Kafka answers before any quota call (None: the topic goes on to
+    the quota), or None when every topic goes on (the common case).
+
+    * a name that occurs twice: INVALID_REQUEST, every occurrence (ControllerApis);
+    * CreateTopics of 0 partitions ("an invalid non-positive value") or CreatePartitions adding
+      0 ("Topic already has N partition(s)"): INVALID_PARTITIONS. DeleteTopics records the
+      topic's current count, 0 included (ZK mode's ``getOrElse(0)``).
+    """
+    topics = request.topics
+    twice = duplicated_names(topics)
+    creates = request.type is not MutationType.DELETE_TOPICS
+    if not twice and not (creates and any(topic.partitions <= 0 for topic in topics)):
+        return None
+    return tuple(
+        INVALID
+        if topic.name in twice
+        else (INVALID_PARTITIONS if creates and topic.partitions <= 0 else None)
+        for topic in topics
+    )
+
+
 def handle(
     bucket: Bucket | None,
     request: MutationRequest,
@@ -147,12 +178,14 @@ def handle(
     charged = resolution.quota_key is not None and (
         config.controller_quota_validate_only_charged or not request.validate_only
     )
-    twice = duplicated_names(request.topics)
+    refused = refused_before_quota(request)
     valid = (
-        [topic for topic in request.topics if topic.name not in twice] if twice else request.topics
+        request.topics
+        if refused is None
+        else [topic for topic, error in zip(request.topics, refused, strict=True) if error is None]
     )
     if not charged:
-        decision = _decision(request, resolution, [True] * len(valid), twice, 0, now_ms)
+        decision = _decision(request, resolution, [True] * len(valid), refused, 0, now_ms)
         return Step(bucket, decision, None)
     assert resolution.quota_key is not None
     rate_per_s = resolution.rate_per_s
@@ -173,7 +206,7 @@ def handle(
         recent_event_ids=recent,
     )
     decision = _decision(
-        request, resolution, admission.admitted, twice, admission.throttle_time_ms, now_ms
+        request, resolution, admission.admitted, refused, admission.throttle_time_ms, now_ms
     )
     throttle = None
     if admission.throttle_time_ms > 0 or not all(admission.admitted):
@@ -187,15 +220,14 @@ def _decision(
     request: MutationRequest,
     resolution: Resolution,
     admitted: Sequence[bool],
-    twice: frozenset[str],
+    refused: tuple[Errors | None, ...] | None,
     throttle_ms: int,
     now_ms: int,
 ) -> QuotaDecision:
-    if twice:
+    if refused is not None:
         verdicts = iter(admitted)
         errors = tuple(
-            INVALID if topic.name in twice else (NONE if next(verdicts) else THROTTLED)
-            for topic in request.topics
+            (NONE if next(verdicts) else THROTTLED) if error is None else error for error in refused
         )
     else:
         errors = tuple(NONE if ok else THROTTLED for ok in admitted)
