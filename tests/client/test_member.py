@@ -181,7 +181,9 @@ def test_dynamic_member_exceeding_max_poll_interval_leaves_then_rejoins_on_poll(
     clock.sleep(25_000)  # no poll for longer than max.poll.interval.ms (20 s)
     assert [e.kind for e in member.history].count("poll_timeout") == 1
     timeout_at = member.events("poll_timeout")[0].at_ms
-    assert timeout_at - START_MS == 20_000  # the last poll() started at START_MS
+    # the last poll() returned at +3 s, after the initial rebalance delay (Kafka also restarts
+    # the poll timer when the join completes)
+    assert timeout_at - START_MS == 3_000 + 20_000
     leaves = transport.rows("decisions", type="leave", member_id=old_id)
     assert len(leaves) == 1
     assert leaves[0]["decided_at_ms"] == timeout_at
@@ -191,6 +193,27 @@ def test_dynamic_member_exceeding_max_poll_interval_leaves_then_rejoins_on_poll(
     assert member.state is MemberState.STABLE
     assert member.member_id != old_id
     assert member.generation.generation_id > old_generation
+    member.close()
+
+
+def test_a_long_poll_waiting_for_records_is_no_poll_timeout(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    # max.poll.interval.ms bounds the time between poll() calls; an application blocked in
+    # poll() waiting for records is polling (Kafka refreshes the poll timer while it waits).
+    log.create_topic("quiet", 1)
+    member = _member(transport, clock, log, "c1", topics=("quiet",))
+    assert member.poll(60_000) == []  # nothing to read: waits the whole minute
+    assert clock.now_ms() - START_MS == 60_000
+    assert member.events("poll_timeout") == []
+    assert transport.rows("decisions", type="leave") == []
+    assert [r["error"] for r in transport.rows("decisions", type="join")] == [
+        "MEMBER_ID_REQUIRED",
+        "NONE",
+    ]
+    assert member.state is MemberState.STABLE
+    clock.sleep(15_000)  # the next 20 s count from the return of that poll
+    assert member.events("poll_timeout") == []
     member.close()
 
 

@@ -111,6 +111,7 @@ class GroupMember:
         self._assignment: tuple[TopicPartition, ...] = ()
         now_ms = clock.now_ms()
         self._last_poll_ms = now_ms
+        self._polling = False  # the application thread is inside poll()
         self._last_heartbeat_ms = now_ms
         self._last_auto_commit_ms = now_ms
         self._auto_commit: PendingCall | None = None
@@ -149,7 +150,18 @@ class GroupMember:
         needed. Returns [] when the rebalance did not finish within ``timeout_ms``."""
         self._check_usable()
         deadline = Deadline.start(self.clock, timeout_ms, self.config.default_api_timeout_ms)
-        self._last_poll_ms = deadline.start_ms
+        with self._lock:
+            self._polling = True  # inside poll() the application is polling: no poll timeout
+            self._last_poll_ms = deadline.start_ms
+        try:
+            return self._poll(deadline)
+        finally:
+            with self._lock:
+                self._polling = False  # max.poll.interval.ms counts from here to the next poll
+                self._last_poll_ms = self.clock.now_ms()
+            self._bump()
+
+    def _poll(self, deadline: Deadline) -> list[Record]:
         self._maybe_auto_commit()
         while True:
             if self._needs_rebalance() and not self._rebalance(deadline):
@@ -431,8 +443,12 @@ class GroupMember:
             if not self._heartbeat_enabled():
                 self.clock.wait_for(self._changed_since(seen), interval_ms)
                 continue
-            poll_deadline_ms = self._last_poll_ms + self.config.max_poll_interval_ms
-            if now_ms >= poll_deadline_ms:
+            with self._lock:
+                polling, last_poll_ms = self._polling, self._last_poll_ms
+            poll_deadline_ms = last_poll_ms + self.config.max_poll_interval_ms
+            if polling:
+                poll_deadline_ms = now_ms + self.config.max_poll_interval_ms
+            elif now_ms >= poll_deadline_ms:
                 self._on_poll_timeout()
                 continue
             due_ms = self._last_heartbeat_ms + interval_ms
@@ -479,13 +495,19 @@ class GroupMember:
             self._bump()
 
     def _on_poll_timeout(self) -> None:
-        member_id = self._member_id
-        waited_ms = self.clock.now_ms() - self._last_poll_ms
-        with self._lock:
+        now_ms = self.clock.now_ms()
+        with self._lock:  # checked again with poll()'s entry excluded
+            waited_ms = now_ms - self._last_poll_ms
+            if self._polling or waited_ms < self.config.max_poll_interval_ms:
+                return
+            if self._state is not MemberState.STABLE:
+                return
+            member_id = self._member_id
             self._rejoin_needed = True
             self._generation = p.NO_GENERATION
             self._member_id = ""
-        self._set_state(MemberState.UNJOINED)
+            self._state = MemberState.UNJOINED
+        self._bump()
         self._record("poll_timeout", f"{waited_ms} ms since the last poll")
         log.warning("%s: consumer poll timeout has expired", self.config.client_id)
         if not self.config.is_static and member_id:
