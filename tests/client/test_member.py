@@ -12,12 +12,14 @@ from controlplane.client.assignors import TopicPartition
 from controlplane.client.clock import VirtualClock
 from controlplane.client.config import ConsumerConfig
 from controlplane.client.member import (
+    CommitFailedError,
     FencedInstanceIdError,
     GroupMember,
     GroupMemberError,
     MemberState,
 )
 from controlplane.client.records import InMemoryLog, Record
+from controlplane.client.transport import Stream
 from controlplane.client.transport_memory import InMemoryTransport
 from controlplane.core.config import CoordinatorConfig, Settings
 
@@ -298,6 +300,34 @@ def test_a_second_instance_with_the_same_instance_id_fences_the_first(
     fenced = transport.rows("decisions", type="heartbeat", error="FENCED_INSTANCE_ID")
     assert len(fenced) == 1
     second.close()
+
+
+def test_commit_answered_unknown_member_resets_the_member_before_rejoining(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    # ConsumerCoordinator: UNKNOWN_MEMBER_ID on OffsetCommit (generation unchanged) resets the
+    # generation and the member id, so the rejoin goes out as a new member.
+    member = _member(transport, clock, log, "c1")
+    member.poll(10_000)
+    old_id = member.member_id
+    removal = {
+        "event_id": "admin-1",
+        "event_time_ms": clock.now_ms(),
+        "type": "leave",
+        "group_id": "g",
+        "members": [{"member_id": old_id, "group_instance_id": None, "reason": "admin"}],
+    }
+    transport.send(Stream.GROUP, removal, lambda answer: None)
+    with pytest.raises(CommitFailedError):
+        member.commit()
+    assert member.member_id == ""
+    assert not member.generation.valid
+    joins_before = len(transport.requests(type="join"))
+    member.poll(10_000)
+    assert member.state is MemberState.STABLE
+    rejoin = transport.requests(type="join")[joins_before]
+    assert rejoin["member_id"] == ""
+    member.close()
 
 
 def test_close_completes_a_call_still_in_flight(

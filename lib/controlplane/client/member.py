@@ -417,7 +417,13 @@ class GroupMember:
             raise FencedInstanceIdError(f"commit: {error}")
         with self._lock:
             if self._generation == generation and action is not p.Action.FATAL:
+                # As ConsumerCoordinator: the generation is gone (ILLEGAL_GENERATION keeps the
+                # member id, UNKNOWN_MEMBER_ID does not); rejoin. A newer generation is kept.
                 self._rejoin_needed = True
+                if action in (p.Action.RESET_MEMBER, p.Action.RESET_GENERATION):
+                    self._generation = p.NO_GENERATION
+                if action is p.Action.RESET_MEMBER:
+                    self._member_id = ""
         raise CommitFailedError(f"commit: {error}")
 
     def _maybe_auto_commit(self) -> None:
