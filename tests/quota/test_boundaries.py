@@ -164,3 +164,60 @@ def test_rejection_then_refill_within_one_request_keeps_the_last_throttle() -> N
     assert event["tokens_after"] == -1.0
     assert event["burst"] == 11.0
     assert event["mode"] == "strict"
+
+
+# --- events.md §6: the key's clock moves with every event of the key, touch or no touch -------
+def _touch_later_then_go_back(first: str) -> QuotaHarness:
+    """A touch at T (11 -> 10), then at T+5000 an event that does not touch the tokens, then one
+    whose event time is T+1000: it is handled at the key's clock, T+5000."""
+    h = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}], validate_only_charged=False)
+    h.create_topics("u", {"a": 1}, event_id="touch")
+    h.now_ms = T + 5000
+    if first == "no topics":
+        h.create_topics("u", {})
+    elif first == "uncharged validate_only":
+        h.create_topics("u", {"b": 3}, validate_only=True)
+    elif first == "refused topics only":
+        h.create_partitions("u", {"b": 0})
+    else:
+        assert h.send({**_event("touch", T + 5000)}) is None  # a repeat: no row
+    h.now_ms = T + 1000
+    row = h.create_topics("u", {"c": 1}, event_id="late")
+    assert row["event_time_ms"] == T + 1000
+    assert row["decided_at_ms"] == T + 5000
+    return h
+
+
+def _event(event_id: str, time_ms: int) -> dict[str, object]:
+    return {
+        "event_id": event_id,
+        "event_time_ms": time_ms,
+        "type": "create_topics",
+        "user": "u",
+        "client_id": "",
+        "topics": [{"name": "a", "partitions": 1}],
+    }
+
+
+@pytest.mark.parametrize(
+    "first", ["no topics", "uncharged validate_only", "refused topics only", "repeated event id"]
+)
+def test_an_event_that_does_not_touch_the_tokens_still_moves_the_clock(first: str) -> None:
+    h = _touch_later_then_go_back(first)
+    assert h.tokens("user=u") == 10.0  # 10 at T, refilled 5 s to 11 (the burst), minus 1
+    bucket = h.bucket("user=u")
+    assert bucket is not None
+    assert bucket.last_update_ms == T + 5000
+
+
+def test_an_uncharged_validate_only_creates_the_sensor() -> None:
+    """ZK mode builds the quota object (and its sensor) before it looks at validateOnly: the
+    key exists from then on, with its clock, and idles out an hour later."""
+    h = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}], validate_only_charged=False)
+    h.create_topics("u", {"a": 3}, validate_only=True)
+    bucket = h.bucket("user=u")
+    assert bucket is not None
+    assert (bucket.tokens, bucket.last_update_ms, bucket.last_record_ms) == (0.0, 0, T)
+    assert h.session.next_deadline_ms() == T + INACTIVE_EXPIRATION_MS + 1
+    h.now_ms = T - 1000
+    assert h.create_topics("u", {"b": 1})["decided_at_ms"] == T

@@ -298,6 +298,7 @@ def test_keying_independence(events: list[TimedEvent]) -> None:
             st.integers(0, 2**62),
             st.integers(0, 2**62),
             st.lists(st.text(max_size=8), max_size=5).map(tuple),
+            st.integers(0, 2**62),
         ),
         max_size=5,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -67,7 +69,8 @@ def test_duplicate_in_a_later_batch_is_not_charged_twice() -> None:
     first = runner.run(None, [event("a", T, x=5)], None)
     again = runner.run(first.state, [event("a", T + 10, x=5)], None)
     assert again.outputs[DECISIONS] == []
-    assert codec.decode(again.state) == codec.decode(first.state)
+    before, after = codec.decode(first.state)["user=u"], codec.decode(again.state)["user=u"]
+    assert after == replace(before, handled_ms=T + 10)  # not charged; the key's clock moved
 
 
 def test_id_window_keeps_the_last_64() -> None:
@@ -92,7 +95,7 @@ def test_shard_state_holds_many_buckets() -> None:
     ("data", "message"),
     [
         (b"XX\x01\x00\x00\x00\x00", "magic"),  # not a quota state
-        (b"QB\x02\x00\x00\x00\x00", "version 2"),  # written by a newer release
+        (b"QB\x03\x00\x00\x00\x00", "version 3"),  # written by a newer release
         (codec.encode({"k": Bucket(1.0, 2, 3, ("id",))})[:-1], "truncated"),
         (codec.encode({"k": Bucket(1.0, 2, 3)}) + b"\x00", "trailing"),
     ],
@@ -106,3 +109,17 @@ def test_codec_is_canonical() -> None:
     a = {"x": Bucket(1.0, 2, 3), "y": Bucket(-0.0, 5, 6, ("e",))}
     b = {"y": Bucket(-0.0, 5, 6, ("e",)), "x": Bucket(1.0, 2, 3)}
     assert codec.encode(a) == codec.encode(b)
+
+
+def test_codec_reads_version_1() -> None:
+    """A state written before ``handled_ms`` was kept: the clock is its last touch/creation."""
+    v1 = (
+        b"QB\x01\x00\x00\x00\x01"
+        + b"\x00\x00\x00\x01k"
+        + struct.pack(">dqqH", -2.5, T, T + 7, 1)
+        + b"\x00\x00\x00\x02id"
+    )
+    (bucket,) = codec.decode(v1).values()
+    assert bucket == Bucket(-2.5, T, T + 7, ("id",), 0)
+    assert bucket.clock_ms == T + 7
+    assert codec.decode(codec.encode({"k": bucket})) == {"k": bucket}

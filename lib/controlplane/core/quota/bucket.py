@@ -16,7 +16,7 @@ at a real epoch time fills it to the burst: a bucket is full on first use.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 # Kafka answers "no quota" with Long.MAX_VALUE as a double (ClientQuotaManager.scala:324-326).
@@ -32,20 +32,26 @@ INACTIVE_EXPIRATION_MS: Final = 3_600_000
 class Bucket:
     """One quota key's token bucket and the sensor facts kept beside it.
 
-    ``last_update_ms`` is the bucket's clock (every touch refills and moves it to now);
+    ``last_update_ms`` is the bucket's own time (every touch refills and moves it to now);
     ``last_record_ms`` is the sensor's last recorded mutation (idle expiry, §4.5);
-    ``recent_event_ids`` are the ids of the key's last requests (idempotence window).
+    ``recent_event_ids`` are the ids of the key's last requests (idempotence window);
+    ``handled_ms`` is when the key's last event was handled, whether or not it touched the
+    tokens (a request with no topic to check, an uncharged validate-only, a repeated id).
     """
 
     tokens: float
     last_update_ms: int
     last_record_ms: int
     recent_event_ids: tuple[str, ...] = ()
+    handled_ms: int = 0
 
     @property
     def clock_ms(self) -> int:
-        """The key's clock: its last touch, or its creation for a bucket never touched."""
-        return max(self.last_update_ms, self.last_record_ms)
+        """The key's clock (events.md §6): the latest time any event of the key was handled at.
+
+        ``handled_ms`` alone is that time; the maximum also covers states written before it was
+        kept (0 there), whose last touch or creation was the latest handling time they knew."""
+        return max(self.last_update_ms, self.last_record_ms, self.handled_ms)
 
     @property
     def expires_at_ms(self) -> int:
@@ -55,7 +61,16 @@ class Bucket:
 
 def new_bucket(created_at_ms: int) -> Bucket:
     """A fresh sensor: empty bucket at the epoch, so the first touch fills it."""
-    return Bucket(tokens=0.0, last_update_ms=0, last_record_ms=created_at_ms)
+    return Bucket(
+        tokens=0.0, last_update_ms=0, last_record_ms=created_at_ms, handled_ms=created_at_ms
+    )
+
+
+def handled_at(bucket: Bucket, now_ms: int) -> Bucket:
+    """``bucket`` with an event handled at ``now_ms`` that did not touch its tokens."""
+    if bucket.handled_ms == now_ms:
+        return bucket
+    return replace(bucket, handled_ms=now_ms)
 
 
 def burst_of(samples: int, window_size_seconds: int, rate_per_s: float) -> float:

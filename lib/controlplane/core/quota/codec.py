@@ -1,14 +1,16 @@
 """A versioned, compact, exact encoding of a Spark key's buckets (one quota key, or a shard).
 
-Layout (big-endian), schema version 1::
+Layout (big-endian), schema version 2::
 
     b"QB" | version u8 | bucket count u32 |
     per bucket: key (u32 length + UTF-8) | tokens f64 | last_update_ms i64 | last_record_ms i64 |
-                id count u16 | id lengths (u32 each) | ids (UTF-8, concatenated)
+                handled_ms i64 | id count u16 | id lengths (u32 each) | ids (UTF-8, concatenated)
 
-Doubles are stored as their 8 IEEE bytes, so tokens round-trip bit for bit (negative zero
-included). Buckets are written in key order, so equal states give equal bytes. A version this
-code does not know is refused with ``StateCodecError`` rather than misread.
+Version 1 (still read) has no ``handled_ms``; it decodes as 0, so the key's clock is its last
+touch or creation, as version 1 knew it. Doubles are stored as their 8 IEEE bytes, so tokens
+round-trip bit for bit (negative zero included). Buckets are written in key order, so equal
+states give equal bytes. A version this code does not know is refused with ``StateCodecError``
+rather than misread.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Final
 from controlplane.core.quota.bucket import Bucket
 
 MAGIC: Final = b"QB"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _HEADER: Final = struct.Struct(">2sBI")
-_BODY: Final = struct.Struct(">dqqH")
+_BODY: Final = struct.Struct(">dqqqH")
+_BODY_V1: Final = struct.Struct(">dqqH")
 _LENGTH: Final = struct.Struct(">I")
 
 
@@ -42,7 +45,13 @@ def encode(buckets: Mapping[str, Bucket]) -> bytes:
         parts.append(_text(key))
         ids = bucket.recent_event_ids
         parts.append(
-            _BODY.pack(bucket.tokens, bucket.last_update_ms, bucket.last_record_ms, len(ids))
+            _BODY.pack(
+                bucket.tokens,
+                bucket.last_update_ms,
+                bucket.last_record_ms,
+                bucket.handled_ms,
+                len(ids),
+            )
         )
         if ids:
             encoded = [event_id.encode("utf-8") for event_id in ids]
@@ -103,22 +112,27 @@ def decode(data: bytes | None) -> dict[str, Bucket]:
     magic, version, count = reader.take(_HEADER)
     if magic != MAGIC:
         raise StateCodecError("not a quota state (bad magic bytes)")
-    if version != SCHEMA_VERSION:
+    if version not in (1, SCHEMA_VERSION):
         raise StateCodecError(
-            f"quota state schema version {version} is not supported (this code reads "
+            f"quota state schema version {version} is not supported (this code reads 1 to "
             f"{SCHEMA_VERSION}); was it written by a newer release?"
         )
     assert isinstance(count, int)
     buckets: dict[str, Bucket] = {}
     for _ in range(count):
         key = reader.text()
-        tokens, last_update_ms, last_record_ms, id_count = reader.take(_BODY)
+        if version == 1:
+            tokens, last_update_ms, last_record_ms, id_count = reader.take(_BODY_V1)
+            handled_ms: object = 0
+        else:
+            tokens, last_update_ms, last_record_ms, handled_ms, id_count = reader.take(_BODY)
         assert isinstance(tokens, float)
         assert isinstance(id_count, int)
         assert isinstance(last_update_ms, int)
         assert isinstance(last_record_ms, int)
+        assert isinstance(handled_ms, int)
         ids = reader.texts(id_count)
-        buckets[key] = Bucket(tokens, last_update_ms, last_record_ms, ids)
+        buckets[key] = Bucket(tokens, last_update_ms, last_record_ms, ids, handled_ms)
     if reader.offset != len(reader.data):
         raise StateCodecError("quota state has trailing bytes")
     return buckets

@@ -30,6 +30,7 @@ from controlplane.core.quota.bucket import (
     UNLIMITED_RATE_PER_S,
     Bucket,
     burst_of,
+    handled_at,
     new_bucket,
     response_throttle_ms,
     throttle_time_ms,
@@ -174,7 +175,8 @@ def handle(
     """Answer ``request`` at ``now_ms`` (the key's clock, already advanced and expired)."""
     known = () if bucket is None or resolution.quota_key is None else bucket.recent_event_ids
     if request.event_id in known:
-        return Step(bucket, None, None)
+        assert bucket is not None
+        return Step(handled_at(bucket, now_ms), None, None)
     charged = resolution.quota_key is not None and (
         config.controller_quota_validate_only_charged or not request.validate_only
     )
@@ -186,7 +188,11 @@ def handle(
     )
     if not charged:
         decision = _decision(request, resolution, [True] * len(valid), refused, 0, now_ms)
-        return Step(bucket, decision, None)
+        if resolution.quota_key is None:
+            return Step(bucket, decision, None)  # nothing tracked: no sensor, no key, no clock
+        # An uncharged validate-only: ZK mode creates the sensor before it looks at the flag.
+        tracked = new_bucket(now_ms) if bucket is None else handled_at(bucket, now_ms)
+        return Step(tracked, decision, None)
     assert resolution.quota_key is not None
     rate_per_s = resolution.rate_per_s
     rate_used = UNLIMITED_RATE_PER_S if rate_per_s is None else rate_per_s
@@ -204,6 +210,7 @@ def handle(
         last_update_ms=now_ms if partitions else current.last_update_ms,
         last_record_ms=now_ms if admission.recorded else current.last_record_ms,
         recent_event_ids=recent,
+        handled_ms=now_ms,
     )
     decision = _decision(
         request, resolution, admission.admitted, refused, admission.throttle_time_ms, now_ms
