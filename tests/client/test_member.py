@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from client.latency import LatencyTransport
+from client.latency import LatencyTransport, SlowAnswers
 from controlplane.client.assignors import TopicPartition
 from controlplane.client.clock import VirtualClock
 from controlplane.client.config import ConsumerConfig
@@ -328,6 +328,31 @@ def test_commit_answered_unknown_member_resets_the_member_before_rejoining(
     rejoin = transport.requests(type="join")[joins_before]
     assert rejoin["member_id"] == ""
     member.close()
+
+
+def test_the_commit_before_a_rejoin_goes_out_even_with_an_auto_commit_in_flight(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    # Eager rebalance: what was consumed is committed before the JoinGroup (Kafka commits
+    # synchronously in onJoinPrepare), also when a periodic auto-commit is still unanswered;
+    # otherwise the partitions' next owner reads those records again.
+    slow = SlowAnswers(transport, clock, {"offset_commit"}, delay_ms=5_000)
+    first = GroupMember(
+        _config("c1", auto_commit_interval_ms=1_000), slow, clock, log, auto_offset_reset="earliest"
+    )
+    assert [r.offset for r in first.poll(10_000)] == list(range(10))  # orders-0
+    clock.sleep(1_000)
+    assert [r.offset for r in first.poll(10_000)] == list(range(10, 20))  # auto-commit of 10 sent
+    second = Runner(clock, _member(transport, clock, log, "c2"))
+    assert clock.wait_for(lambda: bool(first.events("heartbeat_error")), 5_000)
+    records = first.poll(10_000)  # rejoins while the auto-commit's answer is still on its way
+    assert first.generation.generation_id == 2
+    assert TopicPartition("orders", 0) in first.assignment()
+    assert min(r.offset for r in records if r.partition == 0) == 20
+    second.halt(clock)
+    second.member.close()
+    first.close()
+    slow.close()
 
 
 def test_close_completes_a_call_still_in_flight(

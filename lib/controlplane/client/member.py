@@ -114,7 +114,7 @@ class GroupMember:
         self._polling = False  # the application thread is inside poll()
         self._last_heartbeat_ms = now_ms
         self._last_auto_commit_ms = now_ms
-        self._auto_commit: PendingCall | None = None
+        self._auto_commits: list[tuple[p.Generation, PendingCall]] = []  # in flight
         self._inflight: tuple[str, PendingCall] | None = None
         self._offset_fetch: tuple[frozenset[TopicPartition], PendingCall] | None = None
         self._join_prepared = False
@@ -262,7 +262,7 @@ class GroupMember:
         self._join_prepared = True
         self._set_state(MemberState.REBALANCING)
         if self.config.enable_auto_commit and self._generation.valid and self._assignment:
-            self._commit_async()  # sent before the JoinGroup, so handled before it
+            self._commit_async(always=True)  # sent before the JoinGroup, handled before it
         self._offset_fetch = None
         self._assignment = ()
         self._fetcher.assign([])
@@ -380,26 +380,31 @@ class GroupMember:
 
     # --- commits ---------------------------------------------------------------------------
 
-    def _commit_async(self) -> None:
-        """Send a commit of the current positions without waiting (auto-commit)."""
-        self._collect_auto_commit()
+    def _commit_async(self, *, always: bool = False) -> None:
+        """Send a commit of the current positions without waiting (auto-commit). The periodic
+        one waits for the previous answer; the one before a rejoin (``always``) does not."""
+        self._collect_auto_commits()
         offsets = self._fetcher.positions()
-        if offsets and self._generation.valid and self._auto_commit is None:
-            body = p.commit_body(self.config, self._generation, offsets)
+        generation = self._generation
+        if offsets and generation.valid and (always or not self._auto_commits):
+            body = p.commit_body(self.config, generation, offsets)
             timeout_ms = self.config.request_timeout_ms
-            self._auto_commit = self._requester.start(Stream.GROUP, body, timeout_ms)
+            call = self._requester.start(Stream.GROUP, body, timeout_ms)
+            self._auto_commits.append((generation, call))
             self._last_auto_commit_ms = self.clock.now_ms()
 
-    def _collect_auto_commit(self) -> None:
-        call = self._auto_commit
-        if call is None or not call.done:
-            return
-        self._auto_commit = None
-        self._requester.forget(call)
-        try:
-            self._check_commit_answer(call.result(), self._generation)
-        except ClientError as error:
-            self._record("commit_failed", str(error))
+    def _collect_auto_commits(self) -> None:
+        pending = []
+        for generation, call in self._auto_commits:
+            if not call.done:
+                pending.append((generation, call))
+                continue
+            self._requester.forget(call)
+            try:  # judged against the generation it was sent in: a late answer is no news
+                self._check_commit_answer(call.result(), generation)
+            except ClientError as error:
+                self._record("commit_failed", str(error))
+        self._auto_commits = pending
 
     def _check_commit_answer(self, answer: Mapping[str, Any], generation: p.Generation) -> None:
         error = p.error_of(answer)
@@ -410,10 +415,12 @@ class GroupMember:
             raise RetriableError(error)
         if action is p.Action.REJOIN:
             with self._lock:
-                self._rejoin_needed = True
+                if self._generation == generation:
+                    self._rejoin_needed = True
             raise RebalanceInProgressError(f"commit: {error}")
         if action is p.Action.FENCED:
-            self._set_state(MemberState.FENCED)
+            if self._generation == generation:
+                self._set_state(MemberState.FENCED)
             raise FencedInstanceIdError(f"commit: {error}")
         with self._lock:
             if self._generation == generation and action is not p.Action.FATAL:
@@ -428,7 +435,7 @@ class GroupMember:
 
     def _maybe_auto_commit(self) -> None:
         """Asynchronous auto-commit at most every auto.commit.interval.ms (as Kafka's poll)."""
-        self._collect_auto_commit()
+        self._collect_auto_commits()
         now_ms = self.clock.now_ms()
         due = now_ms - self._last_auto_commit_ms >= self.config.auto_commit_interval_ms
         if self.config.enable_auto_commit and due and self._state is MemberState.STABLE:
