@@ -87,6 +87,9 @@ def test_boolean_keys_refuse_other_types(key: str, bad: object) -> None:
         ({"group.max.size": 0}, "group.max.size: must be >= 1"),
         ({"group.max.size": 2147483648}, "at most 2147483647"),
         ({"controller.quota.window.num": 0}, "must be >= 1"),
+        # Kafka's ConfigDef types both INT: a larger value is refused, not taken as a long.
+        ({"controller.quota.window.num": 2147483648}, "window.num: at most 2147483647"),
+        ({"controller.quota.window.size.seconds": 2**40}, "seconds: at most 2147483647"),
         ({"group.initial.rebalance.delay.ms": -1}, "must be >= 0"),
         (
             {"group.min.session.timeout.ms": 10, "group.max.session.timeout.ms": 5},

@@ -158,6 +158,8 @@ def _quota(raw: Mapping[str, Any]) -> QuotaConfig:
     for key, attr in _QUOTA_INT_KEYS.items():
         if key in raw:
             values[attr] = _int(key, raw[key], nullable=False, minimum=1)
+            if values[attr] > INT32_MAX:  # Kafka's ConfigDef type INT
+                raise ConfigError(f"{key}: at most {INT32_MAX}")
     for key, attr in _QUOTA_BOOL_KEYS.items():
         if key in raw:
             if not isinstance(raw[key], bool):
