@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from controlplane.client.member import (
     MemberState,
 )
 from controlplane.client.records import InMemoryLog, Record
-from controlplane.client.transport import Stream
+from controlplane.client.transport import AnswerCallback, Stream
 from controlplane.client.transport_memory import InMemoryTransport
 from controlplane.core.config import CoordinatorConfig, Settings
 
@@ -353,6 +354,41 @@ def test_the_commit_before_a_rejoin_goes_out_even_with_an_auto_commit_in_flight(
     second.member.close()
     first.close()
     slow.close()
+
+
+class FirstOffsetFetchFails:
+    """Answers the first OffsetFetch with a retriable error (the coordinator loading)."""
+
+    def __init__(self, inner: InMemoryTransport) -> None:
+        self.inner = inner
+        self.failed = False
+
+    def send(self, stream: Stream, request: Mapping[str, Any], on_answer: AnswerCallback) -> None:
+        if request.get("type") == "offset_fetch" and not self.failed:
+            self.failed = True
+            error = {"error": "COORDINATOR_LOAD_IN_PROGRESS", "error_code": 14, "offsets": []}
+            self.inner.send(stream, request, lambda answer: on_answer({**answer, **error}))
+            return
+        self.inner.send(stream, request, on_answer)
+
+    def forget(self, event_id: str) -> None:
+        self.inner.forget(event_id)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_failed_offset_fetch_is_retried_within_the_same_poll(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    flaky = FirstOffsetFetchFails(transport)
+    member = GroupMember(_config("c1"), flaky, clock, log, auto_offset_reset="earliest")
+    records = member.poll(60_000)
+    assert len(records) == 10
+    assert len(transport.requests(type="offset_fetch")) == 2
+    # after retry.backoff.ms, not at the end of the poll's minute
+    assert clock.now_ms() - START_MS == 3_000 + member.config.retry_backoff_ms
+    member.close()
 
 
 def test_close_completes_a_call_still_in_flight(

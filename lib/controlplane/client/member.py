@@ -170,9 +170,12 @@ class GroupMember:
             records = self._fetcher.poll(self.config.max_poll_records)
             if records or deadline.expired(self.clock.now_ms()):
                 return records
+            wait_ms = deadline.remaining_ms(self.clock.now_ms())
+            if self._offset_fetch is None and self._unpositioned():
+                wait_ms = min(wait_ms, self.config.retry_backoff_ms)  # the fetch failed: retry
             self.clock.wait_for(
                 lambda: self._rejoin_needed or self._closed_or_fenced() or self._fetcher.has_data(),
-                deadline.remaining_ms(self.clock.now_ms()),
+                wait_ms,
             )
             self._check_usable()
 
@@ -345,9 +348,7 @@ class GroupMember:
         request): a poll whose timeout is shorter than the answer's latency does not resend."""
         if self._state is not MemberState.STABLE:
             return
-        missing = frozenset(
-            tp for tp in self._fetcher.assignment() if tp not in self._fetcher.positions()
-        )
+        missing = self._unpositioned()
         if not missing:
             return
         if self._offset_fetch is None or self._offset_fetch[0] != missing:
@@ -377,6 +378,10 @@ class GroupMember:
             if offset is None:
                 offset = 0 if self._reset == "earliest" else self._source.end_offset(tp)
             self._fetcher.seek(tp, offset)
+
+    def _unpositioned(self) -> frozenset[TopicPartition]:
+        positions = self._fetcher.positions()
+        return frozenset(tp for tp in self._fetcher.assignment() if tp not in positions)
 
     # --- commits ---------------------------------------------------------------------------
 
