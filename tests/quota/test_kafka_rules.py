@@ -55,16 +55,24 @@ def test_old_versions_are_strict_when_permissive_is_refused(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["create_topics", "create_partitions"])
-def test_zero_partitions_to_create_is_invalid_partitions(kind: str) -> None:
+@pytest.mark.parametrize("count", [0, -1, -(2**31)])
+def test_no_partitions_to_create_is_invalid_partitions(kind: str, count: int) -> None:
+    """0, or fewer than now for CreatePartitions ("would not be an increase"), or a
+    numPartitions below -1 for CreateTopics: INVALID_PARTITIONS for that topic alone."""
     h = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}])
     h.mutate(kind, "u", {"big": 20})  # 11 -> -9
-    row = h.mutate(kind, "u", {"none": 0, "one": 1})
+    row = h.mutate(kind, "u", {"none": count, "one": 1})
     assert [(t["error"], t["error_code"]) for t in row["topics"]] == [
         ("INVALID_PARTITIONS", 37),
         ("THROTTLING_QUOTA_EXCEEDED", 89),
     ]
+    assert row["topics"][0]["partitions"] == count
     assert row["error"] == "NONE"
     assert h.throttles[-1]["rejected_topics"] == ["one"]
+    h.sleep(9000)  # back to exactly 0: the other topic is admitted, the refused one not charged
+    row = h.mutate(kind, "u", {"one": 1, "none": count})
+    assert errors(row) == ["NONE", "INVALID_PARTITIONS"]
+    assert h.tokens("user=u") == -1.0
 
 
 @pytest.mark.parametrize("kind", ["create_topics", "create_partitions"])

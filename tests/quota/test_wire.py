@@ -69,7 +69,12 @@ BAD = [
     (with_topic({"name": 3, "partitions": 1}), "topics[1].name"),  # a string
     (with_topic({"name": "t2"}), "topics[1].partitions"),  # partitions required
     (with_topic({"name": "t2", "partitions": "3"}), "topics[1].partitions"),  # an int
-    (with_topic({"name": "t2", "partitions": -3}), "topics[1].partitions"),  # >= 0
+    (with_topic({"name": "t2", "partitions": -(2**31) - 1}), "topics[1].partitions"),  # int32
+    # A DeleteTopics count is a topic's partition count: >= 0.
+    (
+        {**GOOD, "type": "delete_topics", "topics": [{"name": "t", "partitions": -1}]},
+        "topics[0].partitions",
+    ),
     (with_topic({"name": "t2", "partitions": 2**31}), "topics[1].partitions"),  # an int32
     (with_topic({"name": "t2", "partitions": 2.0}), "topics[1].partitions"),  # not a float
     # DeleteTopics has no validate_only mode.

@@ -15,6 +15,7 @@ from controlplane.core.quota.requests import MutationRequest, MutationType, Topi
 
 LONG_MAX: Final = 2**63 - 1
 INT32_MAX: Final = 2**31 - 1
+INT32_MIN: Final = -(2**31)
 INT16_MAX: Final = 2**15 - 1
 _TYPES: Final = {member.value: member for member in MutationType}
 _TYPE_NAMES: Final = ", ".join(_TYPES)
@@ -76,7 +77,7 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
-def _topic(raw: object, index: int) -> TopicMutation:
+def _topic(raw: object, index: int, *, lowest: int) -> TopicMutation:
     where = f"topics[{index}]"
     if type(raw) is not dict and not isinstance(raw, Mapping):
         raise _Bad(where, f"expected an object with name and partitions, got {_kind(raw)}")
@@ -87,17 +88,21 @@ def _topic(raw: object, index: int) -> TopicMutation:
     partitions = raw.get("partitions")
     if partitions is None:
         raise _Bad(f"{where}.partitions", "required")
-    count = _int(partitions, f"{where}.partitions", low=0, high=INT32_MAX)
+    count = _int(partitions, f"{where}.partitions", low=lowest, high=INT32_MAX)
     return TopicMutation(name, count)
 
 
-def _topics(event: Mapping[str, Any]) -> tuple[TopicMutation, ...]:
+def _topics(event: Mapping[str, Any], kind: MutationType) -> tuple[TopicMutation, ...]:
+    """A CreateTopics or CreatePartitions count below 1 is a request Kafka can receive (it
+    answers INVALID_PARTITIONS for that topic, §3), so it parses; a DeleteTopics count is a
+    topic's current partition count, never negative."""
     raw = event.get("topics")
     if raw is None:
         raise _Bad("topics", "required")
     if not isinstance(raw, list):
         raise _Bad("topics", f"expected an array of {{name, partitions}}, got {_kind(raw)}")
-    return tuple(_topic(item, index) for index, item in enumerate(raw))
+    lowest = 0 if kind is MutationType.DELETE_TOPICS else INT32_MIN
+    return tuple(_topic(item, index, lowest=lowest) for index, item in enumerate(raw))
 
 
 def _parse(event: Mapping[str, Any]) -> MutationRequest:
@@ -128,7 +133,7 @@ def _parse(event: Mapping[str, Any]) -> MutationRequest:
         client_id=client_id,
         request_version=version,
         validate_only=validate_only,
-        topics=_topics(event),
+        topics=_topics(event, _TYPES[kind]),
     )
 
 
