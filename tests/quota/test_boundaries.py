@@ -221,3 +221,22 @@ def test_an_uncharged_validate_only_creates_the_sensor() -> None:
     assert h.session.next_deadline_ms() == T + INACTIVE_EXPIRATION_MS + 1
     h.now_ms = T - 1000
     assert h.create_topics("u", {"b": 1})["decided_at_ms"] == T
+
+
+def test_an_invalid_event_of_a_known_key_is_decided_at_the_key_clock() -> None:
+    """A bad field elsewhere than user/client_id leaves the event's key known (the engine keys
+    it there): its INVALID_REQUEST row is decided at max(key clock, event time), as the
+    coordinator does for a known group; it charges nothing and does not move the clock."""
+    h = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}])
+    h.now_ms = T + 5000
+    h.create_topics("u", {"a": 1})
+    bad = {**_event("bad", T + 1000), "user": "u", "topics": [{"name": "a", "partitions": "1"}]}
+    row = h.send(bad, time_ms=T + 1000)
+    assert row is not None
+    assert row["error"] == "INVALID_REQUEST"
+    assert row["decided_at_ms"] == T + 5000
+    bucket = h.bucket("user=u")
+    assert bucket is not None
+    assert bucket.clock_ms == T + 5000
+    unknown = {**bad, "event_id": "bad2", "user": "nobody-yet"}  # no bucket: its own time
+    assert h.send(unknown, time_ms=T + 1000)["decided_at_ms"] == T + 1000  # type: ignore[index]

@@ -158,3 +158,10 @@ def test_duplicate_topic_names_are_invalid_per_topic_and_not_charged() -> None:
     assert row["error"] == "NONE"
     assert [t["error"] for t in row["topics"]] == ["INVALID_REQUEST", "NONE", "INVALID_REQUEST"]
     assert session.buckets["user=alice"].tokens == 9.0  # only b's 2 partitions
+
+
+def test_not_an_object_through_the_session() -> None:
+    session = QuotaSession(parse_settings({"quotas": [{"user": "u"}]}).quota)
+    (decision,) = session.feed(TimedEvent(["x"], T))[0]  # type: ignore[arg-type]
+    assert decision.error.name == "INVALID_REQUEST"
+    assert decision.decided_at_ms == T

@@ -41,7 +41,11 @@ def _echo(event: Mapping[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _invalid(event: TimedEvent, message: str, tick_ms: int | None) -> QuotaDecision:
+def _invalid(
+    event: TimedEvent, message: str, tick_ms: int | None, clock_ms: int | None = None
+) -> QuotaDecision:
+    """The INVALID_REQUEST row, decided at the handling time (else ``event_time_ms``, else the
+    tick), or at ``clock_ms``, the clock of the event's key, when that is later."""
     raw = event.event if isinstance(event.event, Mapping) else {}
     event_time = raw.get("event_time_ms")
     if not isinstance(event_time, int) or isinstance(event_time, bool):
@@ -49,6 +53,8 @@ def _invalid(event: TimedEvent, message: str, tick_ms: int | None) -> QuotaDecis
     decided_at = event.time_ms
     if decided_at is None:
         decided_at = event_time if event_time is not None else tick_ms
+    if clock_ms is not None:
+        decided_at = clock_ms if decided_at is None else max(decided_at, clock_ms)
     return QuotaDecision(
         event_id=_echo(raw, "event_id"),
         user=_echo(raw, "user"),
@@ -87,7 +93,8 @@ class QuotaSession:
             return [_invalid(event, message, tick_ms)], []
         parsed = parse_request(event.event)
         if isinstance(parsed, Invalid):
-            return [_invalid(event, parsed.message(event.line), tick_ms)], []
+            message = parsed.message(event.line)
+            return [_invalid(event, message, tick_ms, self._clock_of(event.event))], []
         time_ms = parsed.event_time_ms if event.time_ms is None else event.time_ms
         resolution = self.index.resolve(parsed.user, parsed.client_id)
         key = resolution.quota_key
@@ -108,6 +115,18 @@ class QuotaSession:
         decisions = [] if step.decision is None else [step.decision]
         throttles = [] if step.throttle is None else [step.throttle]
         return decisions, throttles
+
+    def _clock_of(self, raw: Mapping[str, Any]) -> int | None:
+        """The clock of a malformed event's key, when its user and client_id name one that has
+        a bucket (the engine keys the event there, events.md §6)."""
+        if not isinstance(raw, Mapping):
+            return None
+        user, client_id = raw.get("user"), raw.get("client_id")
+        if not isinstance(user, str) or not isinstance(client_id, str):
+            return None
+        key = self.index.resolve(user, client_id).quota_key
+        bucket = None if key is None else self.buckets.get(key)
+        return None if bucket is None else bucket.clock_ms
 
     def tick(self, tick_ms: int) -> None:
         """Fire every expiry timer due at ``tick_ms`` (they emit no rows)."""
