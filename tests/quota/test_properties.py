@@ -236,10 +236,15 @@ def event_streams(draw: st.DrawFn) -> list[TimedEvent]:
             "client_id": draw(clients),
             "request_version": draw(st.sampled_from([None, 0, 2, 4, 5, 7])),
             "topics": [
-                {"name": f"t{i}", "partitions": draw(st.integers(0, 30))}
+                {
+                    "name": f"t{i}",
+                    "partitions": draw(st.integers(-1 if kind != "delete_topics" else 0, 30)),
+                }
                 for i in range(draw(st.integers(0, 3)))
             ],
         }
+        if kind != "delete_topics" and draw(st.integers(0, 3)) == 0:
+            event["validate_only"] = True  # charged or not, by the configuration
         if draw(st.integers(0, 9)) == 0:
             event["topics"] = "broken"  # an INVALID_REQUEST row
         events.append(TimedEvent(event, time_ms + jitter, line=f"f:{index + 1}"))
@@ -265,10 +270,11 @@ def run_in_batches(
     return decisions, throttles
 
 
-@given(event_streams(), st.lists(st.integers(0, 30), max_size=6))
+@given(event_streams(), st.lists(st.integers(0, 30), max_size=6), st.booleans())
 @settings(max_examples=150)
-def test_batch_independence(events: list[TimedEvent], cuts: list[int]) -> None:
-    runner = QuotaRunner(parse_settings(QUOTAS).quota)
+def test_batch_independence(events: list[TimedEvent], cuts: list[int], charged: bool) -> None:
+    raw = {**QUOTAS, "controller.quota.validate.only.charged": charged}
+    runner = QuotaRunner(parse_settings(raw).quota)
     whole = run_in_batches(runner, events, [])
     assert run_in_batches(runner, events, cuts) == whole
 
