@@ -138,3 +138,19 @@ def test_close_fails_later_calls_cleanly() -> None:
     admin = _admin(clock, transport)
     admin.close()
     assert admin.create_topics({"a": 1})["a"].error == "CLIENT_CLOSED"
+
+
+def test_a_throttle_of_zero_ms_is_retried_after_the_retry_backoff() -> None:
+    # The quota rounds a tiny deficit to throttle_time_ms 0 (Math.round); resending at once
+    # would spin on an unrefilled bucket, so the retry waits retry.backoff.ms.
+    clock = VirtualClock(START_MS)
+
+    def responder(stream: Stream, request: Mapping[str, Any]) -> dict[str, Any]:
+        throttled = {"t"} if len(transport.sent) < 3 else set()
+        return _answer(request, 0, throttled)
+
+    transport = ScriptedTransport(clock, responder)
+    result = _admin(clock, transport, retry_backoff_ms=100).create_topics({"t": 1})["t"]
+    assert result.ok
+    times = [r["event_time_ms"] - START_MS for r in transport.requests()]
+    assert times == [0, 100, 200]

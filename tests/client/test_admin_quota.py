@@ -48,3 +48,17 @@ def test_without_retry_the_throttled_topics_fail_with_the_throttle_time() -> Non
     assert all(r.throttle_time_ms > 0 for r in failed)
     assert len(transport.rows("quota_decisions")) == 1
     transport.close()
+
+
+def test_a_throttle_rounded_to_zero_does_not_spin() -> None:
+    # rate 3/s, burst 33: 34 partitions leave the bucket at -1; after the 333 ms throttle it is
+    # at -0.001, answered with throttle_time_ms round(0.33) = 0. Resending at once (no time for
+    # a refill) spun forever on a virtual clock; the retry waits retry.backoff.ms instead.
+    clock, transport, admin = _setup(rate=3.0)
+    assert admin.create_topics({"a": 34})["a"].ok
+    result = admin.create_topics({"b": 1}, timeout_ms=5_000)["b"]
+    assert result.ok
+    throttles = [r["throttle_time_ms"] for r in transport.rows("quota_decisions")]
+    assert throttles == [0, 333, 0, 0]
+    assert clock.now_ms() - START_MS == 333 + admin.config.retry_backoff_ms
+    transport.close()

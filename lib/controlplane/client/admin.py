@@ -3,7 +3,8 @@
 As Kafka's admin client (KafkaAdminClient + NetworkClient throttling):
 * the call's deadline is fixed at its start: ``timeout_ms`` or ``default.api.timeout.ms``;
 * each topic gets its own result; topics answered THROTTLING_QUOTA_EXCEEDED are collected into a
-  new request (same deadline) that goes out once the response's ``throttle_time_ms`` has passed;
+  new request (same deadline) that goes out once the response's ``throttle_time_ms`` has passed
+  (``retry.backoff.ms`` when it is 0: a tiny deficit rounds to 0, the bucket needs time);
 * when the deadline passes while throttled topics wait, they fail with
   THROTTLING_QUOTA_EXCEEDED and the throttle time still left (not with a timeout); other pending
   topics fail with a timeout;
@@ -150,8 +151,10 @@ class AdminClient:
                 continue
             self._apply(answer, progress, retry, deadline)
             if progress.pending and progress.throttled_at_ms is not None:
-                wait = min(progress.throttle_time_ms, deadline.remaining_ms(self._clock.now_ms()))
-                self._clock.sleep(wait)
+                # throttle_time_ms may round to 0 for a tiny deficit: then retry.backoff.ms, so
+                # the retry never spins on a bucket that had no time to refill
+                wait = progress.throttle_time_ms or self.config.retry_backoff_ms
+                self._clock.sleep(min(wait, deadline.remaining_ms(self._clock.now_ms())))
         return {name: progress.results[name] for name in topics}
 
     def _body(
