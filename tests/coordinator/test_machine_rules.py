@@ -78,22 +78,44 @@ def test_delete_group_only_when_empty() -> None:
     assert h.describe().group_state == "Dead"
 
 
-@pytest.mark.parametrize("verb", ["join", "sync", "heartbeat", "leave", "commit", "describe"])
+@pytest.mark.parametrize("verb", ["join", "sync", "heartbeat", "leave"])
 def test_an_empty_group_id_is_invalid_group_id(verb: str) -> None:
+    """GCS joinGroup/syncGroup/heartbeat/leaveGroup: isGroupIdNotEmpty, else INVALID_GROUP_ID."""
     h = CoordinatorHarness(group_id="")
     if verb == "join":
         assert_join_error(h.join(), Errors.INVALID_GROUP_ID)
-        return
-    if verb == "describe":
-        assert h.describe().error is Errors.INVALID_GROUP_ID
         return
     calls = {
         "sync": lambda: h.sync("m", 1),
         "heartbeat": lambda: h.heartbeat("m", 1),
         "leave": lambda: h.leave([("m", None)]),
-        "commit": lambda: h.commit("", -1),
     }
     assert calls[verb]().error is Errors.INVALID_GROUP_ID
+    assert h.group is None
+
+
+def test_the_empty_group_id_is_a_group_for_offsets_describe_and_delete() -> None:
+    """GCS commitOffsets, fetchOffsets, describeGroups and deleteGroups refuse only a null group
+    id ("For backwards compatibility, we support offset commits for the empty groupId"; Scala
+    GroupCoordinator.isValidGroupId): "" is an ordinary group there. A simple commit creates it,
+    fetch reads it back, describe shows it Empty, and delete removes it."""
+    h = CoordinatorHarness(group_id="")
+    assert h.describe().group_state == "Dead"
+    assert h.describe().error is Errors.NONE
+    assert h.delete().error is Errors.GROUP_ID_NOT_FOUND
+    commit = h.commit("", -1, offsets=(("topic", 0, 7),))
+    assert commit.error is Errors.NONE
+    assert [(o.topic, o.partition, o.error_code) for o in commit.ok().offsets or ()] == [
+        ("topic", 0, 0)
+    ]
+    h.assert_state(EMPTY, 0)
+    fetched = h.fetch({"topic": (0,)})
+    assert fetched.error is Errors.NONE
+    assert [(o.topic, o.partition, o.offset) for o in fetched.offsets or ()] == [("topic", 0, 7)]
+    described = h.describe()
+    assert (described.error, described.group_state) == (Errors.NONE, "Empty")
+    assert h.commit("", 1).error is Errors.UNKNOWN_MEMBER_ID  # gen >= 0: member checks apply
+    assert h.delete().error is Errors.NONE
     assert h.group is None
 
 

@@ -79,7 +79,7 @@ def handle_general(
         return make_step(group, (), ())
     header = request.header
     d = Draft(group or Group(header.group_id or ""), now_ms, header.event_id, config)
-    if not header.group_id:
+    if header.group_id is None or (header.group_id == "" and isinstance(request, _COORDINATION)):
         _invalid_group_id(d, request)
         result = group
     else:
@@ -178,6 +178,12 @@ def _missing_group(d: Draft, request: Request) -> None:
 
 
 _UNKNOWN = Errors.UNKNOWN_MEMBER_ID
+
+
+# The requests of group membership need a non-empty group id (GCS isGroupIdNotEmpty). Offset
+# commit and fetch, describe and delete refuse only a null one: for backwards compatibility ""
+# is an ordinary group there (GCS commitOffsets/describeGroups; Scala isValidGroupId).
+_COORDINATION = (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
 
 
 def _invalid_group_id(d: Draft, request: Request) -> None:

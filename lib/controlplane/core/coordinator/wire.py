@@ -13,7 +13,8 @@ event came from a file, the line (``events.jsonl:12: ...``). Rules:
   name starts with ``_`` are annotations and are ignored. A known field that the event's type
   does not use is type-checked and otherwise ignored.
 * Values the coordinator itself judges are passed through, as Kafka does: an empty
-  ``group_id`` (INVALID_GROUP_ID), an out-of-range ``session_timeout_ms``, negative ones
+  ``group_id`` (INVALID_GROUP_ID for join, sync, heartbeat and leave; an ordinary group for
+  the offset APIs, describe and delete_group), an out-of-range ``session_timeout_ms``, negative ones
   included (INVALID_SESSION_TIMEOUT), an empty ``protocols`` list (INCONSISTENT_GROUP_PROTOCOL).
   Values no Kafka client can send are refused: a negative ``event_time_ms``,
   ``rebalance_timeout_ms`` or ``timeout_ms``; an empty ``event_id`` or ``group_instance_id``
