@@ -202,6 +202,20 @@ def test_max_size_check_kicks_out_an_existing_member_during_preparing_rebalance(
     h.assert_state(COMPLETING, 3, members={a, c.member_id})
 
 
+def test_a_pending_member_id_that_times_out_leaves_a_trace() -> None:
+    """events.md §2 names the reason pending_member_timeout: a MEMBER_ID_REQUIRED id whose
+    timer fires (spec §7.1 step 2) is dropped by a timer, with no answer to show it; the audit
+    row is its only trace. It carries the deadline and no event id, as every timer row."""
+    h = CoordinatorHarness()
+    p = h.join(version=4, session_ms=1000).member_id
+    h.advance_to(1500)
+    assert h.pending() == set()
+    removed = h.events_of(EventKind.MEMBER_REMOVED)
+    assert [(e.member_id, e.reason, e.at_ms, e.event_id) for e in removed] == [
+        (p, "pending_member_timeout", 1000, None)
+    ]
+
+
 # -- parked answers, order, audit --------------------------------------------------------------
 
 

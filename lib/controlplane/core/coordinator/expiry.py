@@ -8,6 +8,7 @@ from __future__ import annotations
 from controlplane.core.coordinator import static
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.rebalance import complete_join, prepare_rebalance
+from controlplane.core.coordinator.records import EventKind
 from controlplane.core.coordinator.state import GroupPhase, Timer, TimerKind
 
 
@@ -17,6 +18,7 @@ def on_heartbeat_expired(d: Draft, member_id: str) -> None:
         return
     if member_id in d.pending_join:
         del d.pending_join[member_id]
+        d.emit(EventKind.MEMBER_REMOVED, member_id=member_id, reason="pending_member_timeout")
         if d.phase is GroupPhase.PREPARING_REBALANCE and d.has_all_members_joined():
             complete_join(d)
         return
