@@ -163,6 +163,30 @@ def test_sync_in_preparing_rebalance_is_rebalance_in_progress() -> None:
     assert_sync(h.sync(a, 1), Errors.REBALANCE_IN_PROGRESS)
 
 
+def test_sync_checks_the_protocol_name_only_when_the_group_has_one() -> None:
+    """GMM validateSyncGroup, isProtocolInconsistent: a mismatch needs both the request's and
+    the group's protocol type (or name) non-null (spec §11 D8, Java). The group has no protocol
+    name in the initial rebalance, nor after it turned Empty (the name is cleared), so a sync
+    naming one reaches the state check: REBALANCE_IN_PROGRESS, not INCONSISTENT_GROUP_PROTOCOL."""
+    h = CoordinatorHarness()
+    a = h.join()
+    h.assert_state(PREPARING, 0)
+    assert h.state.protocol_name is None
+    assert_sync(h.sync(a.member_id, 0), Errors.REBALANCE_IN_PROGRESS)
+    assert_sync(h.sync(a.member_id, 0, protocol_name="roundrobin"), Errors.REBALANCE_IN_PROGRESS)
+    h.advance_to(3000)
+    assert_sync(
+        h.sync(a.member_id, 1, protocol_name="roundrobin"), Errors.INCONSISTENT_GROUP_PROTOCOL
+    )
+    assert_sync(h.sync(a.member_id, 1), Errors.NONE)
+    h.leave([(a.member_id, None)])
+    h.assert_state(EMPTY, 2)
+    b = h.join()
+    h.assert_state(PREPARING, 2)
+    assert h.state.protocol_name is None
+    assert_sync(h.sync(b.member_id, 2), Errors.REBALANCE_IN_PROGRESS)
+
+
 def test_a_pending_member_leaving_a_stable_group_starts_a_rebalance() -> None:
     """§11 D5: Java counts the pending id as a valid leaver."""
     h = CoordinatorHarness()

@@ -23,13 +23,19 @@ def sync_error(d: Draft, request: SyncGroup) -> Errors | None:
         return error
     if request.generation_id != d.generation_id:
         return Errors.ILLEGAL_GENERATION
-    if (request.protocol_type is not None and request.protocol_type != d.protocol_type) or (
-        request.protocol_name is not None and request.protocol_name != d.protocol_name
+    if _inconsistent(request.protocol_type, d.protocol_type) or _inconsistent(
+        request.protocol_name, d.protocol_name
     ):
         return Errors.INCONSISTENT_GROUP_PROTOCOL
     if d.phase is GroupPhase.PREPARING_REBALANCE:
         return Errors.REBALANCE_IN_PROGRESS
     return None
+
+
+def _inconsistent(requested: str | None, group: str | None) -> bool:
+    """GMM isProtocolInconsistent: only two known values can disagree (spec §11 D8, Java). The
+    group has no protocol name in its initial rebalance nor after it turned Empty."""
+    return requested is not None and group is not None and requested != group
 
 
 def handle_sync(d: Draft, request: SyncGroup) -> None:
