@@ -294,13 +294,45 @@ def test_handle_never_changes_its_input() -> None:
 def test_reset_sessions_restarts_every_session() -> None:
     h = CoordinatorHarness()
     a = dyn1(h)
-    step = machine.reset_sessions(h.state, 50_000)
+    step = machine.reset_sessions(h.state, 50_000, h.config)
     assert step.group is not None
     assert [t.deadline_ms for t in step.group.timers if t.kind is TimerKind.HEARTBEAT] == [55_000]
     assert [(e.kind, e.reason) for e in step.events] == [
         (EventKind.STATE_CHANGED, "coordinator_failover")
     ]
     assert step.group.member(a) is not None
+
+
+def test_a_group_over_a_lowered_max_size_rebalances_at_failover() -> None:
+    """GMM onLoaded: a freshly loaded group over ``group.max.size`` (lowered across the stop)
+    rebalances; the rejoins beyond the limit are refused GROUP_MAX_SIZE_REACHED."""
+    h = CoordinatorHarness(group_initial_rebalance_delay_ms=50)
+    firsts = [h.join(session_ms=5000, rebalance_ms=10_000) for _ in range(3)]
+    ids = [c.member_id for c in firsts]
+    h.advance_to(50)
+    h.advance_to(100)
+    assert_sync(h.sync(h.leader or "", 1), Errors.NONE)
+    h.assert_state(STABLE, 1, members=set(ids))
+    h.config = dataclasses.replace(h.config, group_max_size=2)
+    h.now_ms = 60_000
+    h._record(machine.reset_sessions(h.state, h.now_ms, h.config))
+    started = h.events_of(EventKind.REBALANCE_STARTED)
+    assert [(e.reason, e.at_ms) for e in started][-1] == ("group_max_size", 60_000)
+    h.assert_state(PREPARING, 1, members=set(ids))
+    assert h.timer(TimerKind.JOIN) == 60_000 + 10_000
+    rejoins = [h.join(m, session_ms=5000, rebalance_ms=10_000) for m in ids]
+    assert all(c.parked for c in rejoins[:2])
+    assert_join_error(rejoins[2], Errors.GROUP_MAX_SIZE_REACHED, member_id="")
+    h.assert_state(PREPARING, 1, members=set(ids[:2]))
+
+
+def test_a_group_within_max_size_does_not_rebalance_at_failover() -> None:
+    h = CoordinatorHarness()
+    dyn1(h)
+    step = machine.reset_sessions(h.state, 50_000, dataclasses.replace(h.config, group_max_size=1))
+    assert step.group is not None
+    assert step.group.phase is STABLE
+    assert [e.kind for e in step.events] == [EventKind.STATE_CHANGED]
 
 
 def test_group_row() -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from controlplane.core.coordinator import answers
 from controlplane.core.coordinator.draft import Draft
+from controlplane.core.coordinator.rebalance import prepare_rebalance
 from controlplane.core.coordinator.records import DescribedMember, EventKind
 from controlplane.core.coordinator.requests import Header, RequestType
 from controlplane.core.coordinator.state import Group, GroupPhase, Member
@@ -94,3 +95,8 @@ def reset_sessions(d: Draft) -> None:
             reason="coordinator_failover",
             generation_id=d.generation_id,
         )
+    if len(d.members) > d.config.group_max_size and d.can_rebalance():
+        # GMM onLoaded: "Freshly-loaded group is over capacity. Rebalancing in order to give a
+        # chance for consumers to commit offsets"; rejoins beyond the limit are then refused
+        # GROUP_MAX_SIZE_REACHED (acceptJoiningMember).
+        prepare_rebalance(d, "group_max_size")

@@ -51,9 +51,11 @@ def fire_due(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:
     return make_step(d.freeze(), tuple(d.decisions), tuple(d.events))
 
 
-def reset_sessions(group: Group, now_ms: int) -> Step:
-    """coordinator_failover (events.md §6): every session deadline restarts at ``now_ms``."""
-    d = Draft(group, now_ms, None, CoordinatorConfig())
+def reset_sessions(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:
+    """coordinator_failover (events.md §6), what Kafka does when a coordinator loads a group:
+    every session deadline restarts at ``now_ms``, and a group over ``group.max.size`` (the
+    setting was lowered across the stop) rebalances."""
+    d = Draft(group, now_ms, None, config)
     admin.reset_sessions(d)
     return make_step(d.freeze(), tuple(d.decisions), tuple(d.events))
 

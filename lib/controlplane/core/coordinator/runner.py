@@ -234,7 +234,9 @@ class CoordinatorShard:
         first_touch = group_id not in self._visited
         self._visited.add(group_id)
         if first_touch and self._overdue(entry, now_ms):
-            self._apply(group_id, entry, machine.reset_sessions(entry.decoded(), now_ms), rows)
+            self._apply(
+                group_id, entry, machine.reset_sessions(entry.decoded(), now_ms, self.config), rows
+            )
             if group_id not in self._entries:
                 return None
         entry.clock_ms = now_ms
