@@ -344,6 +344,25 @@ def test_envelope_round_trip_and_untouched_groups_copied() -> None:
     assert again.next_deadline_ms() == shard.next_deadline_ms() == SESSION_MS
 
 
+def test_a_group_near_the_end_of_time_encodes_and_keeps_its_timers() -> None:
+    """The wire allows any long event time: a member that joins just before the end of the
+    long range has a session deadline past it. The envelope stores the hint as the range's end,
+    the group keeps its exact timers, and the state round-trips."""
+    end = 2**63 - 1
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", end - 1_000)
+    state = shard.encode()
+    assert state is not None
+    again = CoordinatorShard.decode(state, CONFIG)
+    assert again.group("g") == shard.group("g")
+    assert again.encode() == state
+    assert shard.next_deadline_ms() == end - 1_000 + SESSION_MS
+    assert again.next_deadline_ms() == end  # the hint, clamped
+    rows = feed_all(again, [heartbeat("hb", "g", end, member, 1), tick("t", end)])
+    assert [r["error"] for r in answers(rows, "hb")] == ["NONE"]
+    assert rows[GROUP_EVENTS] == []  # nothing fires: the deadline is past the end of time
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [(b"\x09", "unsupported version 9"), (b"", "unsupported version"), (b"\x01\x05\x01", "trunc")],

@@ -64,6 +64,7 @@ _GROUP_HEADER: Final = struct.Struct("<IqqI")
 _WINDOW_SIZE: Final = struct.Struct("<H")
 _DIGEST_BYTES: Final = 8
 _NONE: Final = -(2**63)  # stands for None in the clock and deadline fields
+_MAX: Final = 2**63 - 1
 
 
 @dataclass(slots=True)
@@ -296,7 +297,11 @@ class CoordinatorShard:
         for group_id, entry in self._entries.items():
             name = group_id.encode("utf-8")
             body = entry.encoded_body()
-            deadline = _NONE if entry.next_deadline_ms is None else entry.next_deadline_ms
+            # A hint of the body's next deadline; one past the long range (a request near its
+            # end: the wire allows any long) is stored as the range's end and never fires.
+            deadline = (
+                _NONE if entry.next_deadline_ms is None else min(entry.next_deadline_ms, _MAX)
+            )
             parts.append(_GROUP_HEADER.pack(len(name), entry.clock_ms, deadline, len(body)))
             parts.append(name)
             parts.append(body)
