@@ -95,6 +95,9 @@ class FakeGroupState:
     def update(self, value: tuple[Any, ...]) -> None:
         if value is None:
             raise ValueError("CANNOT_BE_NONE")
+        for item in value:
+            if isinstance(item, int) and not -(2**63) <= item < 2**63:
+                raise OverflowError(f"state field out of the long range: {item}")
         self.value, self.updated, self.removed = tuple(value), True, False
         self.timeout_timestamp = None  # update() alone clears the timeout
 
@@ -107,6 +110,8 @@ class FakeGroupState:
             raise RuntimeError("CANNOT_WITHOUT ProcessingTimeTimeout")
         if not isinstance(duration_ms, int) or duration_ms <= 0:
             raise ValueError(f"timeout duration must be a positive int, got {duration_ms!r}")
+        if self.batch_time_ms + duration_ms >= 2**63:
+            raise ArithmeticError("long overflow")  # Spark adds it to the batch time
         self.timeout_timestamp = self.batch_time_ms + duration_ms
 
     def setTimeoutTimestamp(self, timestamp_ms: int) -> None:
@@ -114,6 +119,8 @@ class FakeGroupState:
             raise RuntimeError("CANNOT_WITHOUT EventTimeTimeout")
         if self.watermark_ms is not None and timestamp_ms < self.watermark_ms:
             raise ValueError("INVALID_TIMEOUT_TIMESTAMP")
+        if timestamp_ms >= 2**63:
+            raise OverflowError("a timeout timestamp is a long")
         self.timeout_timestamp = timestamp_ms
 
     def getCurrentProcessingTimeMs(self) -> int:

@@ -66,6 +66,33 @@ def test_timeout_is_the_earliest_deadline_relative_to_the_batch() -> None:
     assert state.timeout_timestamp == 12_000  # batch 10_000 + duration 2_000
 
 
+@pytest.mark.parametrize("mode", [TimeMode.PROCESSING_TIME, TimeMode.EVENT_TIME])
+def test_a_deadline_past_the_long_range_is_kept_as_never(mode: TimeMode) -> None:
+    """The wire allows any long event time; a timer after it must not overflow Spark's longs."""
+    timeout = "EventTimeTimeout" if mode is TimeMode.EVENT_TIME else "ProcessingTimeTimeout"
+    state = FakeGroupState(timeout=timeout, batch_time_ms=10_000, watermark_ms=0)
+    near_the_end = 2**63 - 1_000
+    raw = line("a", event_time_ms=near_the_end, timeout_ms=5_000)
+    out = tables(function(mode).call(iter([frame({"raw": raw, "arrival_time_ms": 9_000})]), state))
+    assert [row["event_id"] for row in out["decisions"]] == ["a"]
+    assert state.value is not None
+    assert state.timeout_timestamp is not None
+    if mode is TimeMode.EVENT_TIME:
+        assert state.value[1] == 2**63 - 1  # the stored deadline, clamped
+        assert state.timeout_timestamp == 2**63 - 1
+    else:  # processing time ignores event time: an ordinary deadline
+        assert state.value[1] == 14_000
+
+
+def test_a_timeout_duration_is_at_most_a_century() -> None:
+    state = FakeGroupState(batch_time_ms=10_000)
+    raw = line("a", timeout_ms=2**63 - 1)
+    function().call(iter([frame({"raw": raw, "arrival_time_ms": 10_000})]), state)
+    assert state.value is not None
+    assert state.value[1] == 2**63 - 1
+    assert state.timeout_timestamp == 10_000 + 100 * 365 * 86_400_000
+
+
 def test_data_after_a_missed_deadline_fires_the_timer_before_the_data() -> None:
     first = FakeGroupState(batch_time_ms=10_000)
     function().call(

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controlplane.core.jsonwire import INT64_MAX
 from controlplane.core.runtime import Runner, RunResult, TimedEvent
 from controlplane.engine.options import TimeMode
 
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 NO_DEADLINE = -1
+CENTURY_MS = 100 * 365 * 86_400_000
 METRICS_TABLE = "_metrics"
 REJECTED_TABLE = "rejected_events"
 ORDER_COLUMNS = ["arrival_time_ms", "source", "seq"]
@@ -194,6 +196,10 @@ class StateFunction:
 
     def _finish(self, state: Any, result: RunResult, tick: int) -> None:
         deadline = result.next_deadline_ms
+        if deadline is not None:
+            # An event time near the end of the long range (the wire allows any long) can put
+            # a deadline past it; Spark keeps longs: such a timer never fires anyway.
+            deadline = min(deadline, INT64_MAX)
         if result.state is None and deadline is None:
             state.remove()
             return
@@ -203,7 +209,9 @@ class StateFunction:
         if self.mode is TimeMode.EVENT_TIME:
             state.setTimeoutTimestamp(max(deadline, tick + 1))
         else:
-            state.setTimeoutDuration(max(1, deadline - tick))
+            # Spark adds the duration to the batch time: keep the sum a long (a century is
+            # "never" for a timer; the key wakes, finds nothing due, and sleeps again).
+            state.setTimeoutDuration(min(max(1, deadline - tick), CENTURY_MS))
 
 
 def _dumps(row: Mapping[str, Any]) -> str:
