@@ -3,7 +3,9 @@ group and shard keying, and bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -142,3 +144,77 @@ def test_event_time_engine_equals_the_replay(spark: Any, tmp_path: Path, keying:
     groups = {row["group_id"]: row for row in read_table(tables / "groups")}
     assert "orders" in groups
     shutil.rmtree(tables, ignore_errors=True)
+
+
+def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_not_fail(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Three batches (one file each). Spark drops late rows against the watermark of the
+    batch before the previous one, so the third is the first that can lose any: it holds a
+    line that is not JSON, an event with no event time, events at the end of the long range (a
+    heartbeat, and a join whose timer would fall past it), and one really late event. The bad
+    lines reach rejected_events or get their INVALID_REQUEST row, the odd times are answered
+    without failing the query, and only the late event is dropped, counted."""
+    options = event_time_options(tmp_path, Keying.SHARD)
+    options = dataclasses.replace(
+        options,
+        coordinator_source=dataclasses.replace(options.coordinator_source, max_files_per_trigger=1),
+    )
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    end = 2**63 - 1
+    first = [
+        {
+            "event_id": "j1",
+            "event_time_ms": 1_000_000,
+            "type": "join",
+            "group_id": "g1",
+            "member_id": "",
+            "request_version": 3,
+            "session_timeout_ms": 10_000,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": ""}],
+        }
+    ]
+    second = [{"event_id": "d1", "event_time_ms": 1_000_000, "type": "describe", "group_id": "g1"}]
+    third = [
+        "this is not json",
+        {"event_id": "no-time", "type": "heartbeat", "group_id": "g1", "member_id": "m"},
+        {"event_id": "far-hb", "event_time_ms": end, "type": "heartbeat", "group_id": "g2"}
+        | {"member_id": "m", "generation_id": 1},
+        {**first[0], "event_id": "far-join", "event_time_ms": end - 1_000, "group_id": "g3"},
+        {"event_id": "late", "event_time_ms": 5, "type": "heartbeat", "group_id": "g4"}
+        | {"member_id": "m", "generation_id": 1},
+    ]
+    for index, lines in enumerate((first, second, third)):
+        path = landing / f"events-{index}.jsonl"
+        path.write_text(
+            "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n"
+        )
+        os.utime(path, (1_700_000_000 + index * 100, 1_700_000_000 + index * 100))
+    query = build_coordinator_query(
+        spark, parse_settings({}), options=options, available_now=True
+    ).start()
+    try:
+        assert query.awaitTermination(300), "availableNow did not finish in event-time mode"
+        assert query.exception() is None
+        dropped = sum(
+            int(op["numRowsDroppedByWatermark"])
+            for progress in query.recentProgress
+            for op in progress["stateOperators"]
+        )
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+    assert len(batches) == 3, "one file per batch"
+    tables = Path(options.tables_root)
+    decisions = {row["event_id"]: row for row in read_table(tables / "decisions")}
+    assert decisions["no-time"]["error"] == "INVALID_REQUEST"
+    assert "event_time_ms" in decisions["no-time"]["error_message"]
+    assert decisions["far-hb"]["error"] == "UNKNOWN_MEMBER_ID"
+    assert decisions["far-hb"]["decided_at_ms"] == end
+    assert "late" not in decisions
+    assert dropped == 1
+    assert [row["raw"] for row in read_table(tables / "rejected_events")] == ["this is not json"]
+    groups = {row["group_id"]: row for row in read_table(tables / "groups")}
+    assert groups["g3"]["group_state"] == "PreparingRebalance"

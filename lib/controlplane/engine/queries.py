@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from controlplane.core.config import Settings
 from controlplane.core.runtime import Runner
@@ -116,18 +116,24 @@ def _settings_source(settings: Settings, config_path: str | None) -> SettingsSou
     return SettingsSource(config_path, settings)
 
 
+# Spark timestamps end at 9999-12-31T23:59:59.999Z; the wire allows any long.
+MAX_TIMESTAMP_MS: Final = 253_402_300_799_999
+
+
 def _with_time(frame: Any, options: EngineOptions) -> Any:
-    """Event-time mode: a watermark on the event time (arrival time when it has none)."""
+    """Event-time mode: a watermark on the event time."""
     if options.mode is not TimeMode.EVENT_TIME:
         return frame
     from pyspark.sql import functions as F
 
-    # A line without a usable event_time_ms must not move the watermark (its arrival time is
-    # wall-clock, far ahead of replayed history): it gets time 1 ms, so it reaches the core in
-    # the batch that reads it while the watermark is still 0 (the first batch of a replay), and
-    # is counted in late_rows_dropped after that (docs/engine.md, "Event-time mode").
-    stamp = F.coalesce(F.col("event_time_ms"), F.lit(1).cast("long"))
-    return frame.withColumn("event_ts", F.timestamp_millis(stamp)).withWatermark(
+    # A line without a usable event_time_ms (none, not a long, not JSON, or outside Spark's
+    # timestamp range, where timestamp_millis would overflow and fail the query) gets a null
+    # event_ts: Spark neither drops it as late (its lateness test is null) nor lets it move the
+    # watermark (the maximum ignores it), so it reaches the core, or rejected_events, in the
+    # batch that reads it, like every other bad line (docs/engine.md, "Event-time mode").
+    stamp = F.col("event_time_ms")
+    usable = stamp.between(F.lit(0), F.lit(MAX_TIMESTAMP_MS))
+    return frame.withColumn("event_ts", F.when(usable, F.timestamp_millis(stamp))).withWatermark(
         "event_ts", f"{options.watermark_delay_ms} milliseconds"
     )
 
