@@ -144,6 +144,8 @@ def test_a_forgotten_key_is_removed() -> None:
         ("[1, 2]", "not a JSON object: list"),
         ('"text"', "not a JSON object: str"),
         ("", "not JSON"),
+        ('{"a": Infinity}', "not JSON: Infinity is not JSON"),
+        ('{"group_id": "g\\ud800"}', "not JSON: a \\u escape stands for a lone"),
     ],
 )
 def test_unparseable_lines_become_rejected_rows_and_do_not_reach_the_core(

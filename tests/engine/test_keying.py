@@ -7,8 +7,12 @@ import sys
 
 import pytest
 
+from controlplane.core.config import parse_settings
+from controlplane.core.quota.resolution import index_for
 from controlplane.engine.keying import shard_of, spark_key_of
 from controlplane.engine.options import Keying
+from controlplane.engine.queries import QuotaKeyer
+from controlplane.engine.reload import SettingsSource
 
 
 def test_group_keying_is_the_group_id() -> None:
@@ -48,3 +52,33 @@ def test_shard_is_the_same_in_another_process() -> None:
 def test_bad_shard_count_is_refused() -> None:
     with pytest.raises(ValueError, match="shards must be >= 1"):
         shard_of("g", 0)
+
+
+QUOTAS = parse_settings({"quotas": [{"user": "<default>", "controller_mutation_rate": 10}]})
+
+
+def quota_keyer() -> QuotaKeyer:
+    return QuotaKeyer(SettingsSource(path=None, initial=QUOTAS), Keying.GROUP, 64)
+
+
+def test_quota_keyer_keys_a_mutation_by_its_quota_key() -> None:
+    raw = '{"type": "create_topics", "user": "alice", "client_id": "app", "event_time_ms": 5}'
+    key, time_ms = quota_keyer().key(raw, None, QUOTAS.quota)
+    assert key == index_for(QUOTAS.quota).resolve("alice", "app").quota_key
+    assert key not in ("", None)
+    assert time_ms == 5
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "{not json",
+        '{"type": "create_topics", "user": "al\\ud800ice", "event_time_ms": 5}',
+        '{"type": "create_topics", "user": "alice", "event_time_ms": NaN}',
+        "[1]",
+    ],
+)
+def test_quota_keyer_sends_text_that_is_not_a_json_object_to_the_empty_key(raw: str) -> None:
+    """The runner answers it there with INVALID_REQUEST; a lone surrogate must not reach the
+    key (Arrow cannot encode it, and the mapInPandas stage would fail the query)."""
+    assert quota_keyer().key(raw, None, QUOTAS.quota) == ("", None)

@@ -184,6 +184,9 @@ def test_lines_become_timed_events() -> None:
         (b"[1, 2]\n", "not a JSON object (got a JSON array)"),
         (b'"text"\n', "not a JSON object (got a JSON string)"),
         (b'{"a": NaN}\n', "not valid JSON: NaN is not JSON"),
+        (b'{"a": -Infinity}\n', "not valid JSON: -Infinity is not JSON"),
+        (b'{"group_id": "g\\ud800"}\n', "not valid JSON: a \\u escape stands for a lone"),
+        (b'{"event_id": "\\udc00x"}\n', "not valid JSON: a \\u escape stands for a lone"),
         (b'{"a": "\xff"}\n', "not UTF-8 text"),
     ],
 )
@@ -195,6 +198,13 @@ def test_unparsable_lines_keep_the_reason_and_the_text(raw: bytes, error: str) -
     assert event.raw is not None
     assert event.raw.strip()
     assert (event.time_ms, event.line, dict(event.event)) == (None, "f.jsonl:4", {})
+
+
+def test_an_escaped_surrogate_pair_is_one_character() -> None:
+    event = event_from_line(b'{"group_id": "g\\ud83d\\ude00", "event_time_ms": 1}', "f", 1)
+    assert event is not None
+    assert event.error is None
+    assert event.event["group_id"] == "g\U0001f600"
 
 
 @pytest.mark.parametrize("value", ["12", 12.0, True, None])

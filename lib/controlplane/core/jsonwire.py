@@ -8,6 +8,7 @@ are the same. Each reader raises :class:`WireError` naming the field's path.
 from __future__ import annotations
 
 import binascii
+import json
 from base64 import b64decode
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
@@ -27,6 +28,30 @@ class WireError(ValueError):
         super().__init__(f"{field}: {problem}")
         self.field = field
         self.problem = problem
+
+
+# --- one event's text ------------------------------------------------------------
+
+
+def decode_event_text(text: str) -> Any:
+    """The JSON value of one event's text, as strictly as the wire wants it.
+
+    Python's decoder accepts two things JSON does not have: the constants ``NaN``,
+    ``Infinity`` and ``-Infinity``, and ``\\u`` escapes of lone UTF-16 surrogates, which
+    decode to a string no UTF-8 writer can store. Both are refused here with ``ValueError``,
+    as malformed JSON is, so every reader (replay, engine, quota keying) agrees on what is JSON.
+    """
+    value = json.loads(text, parse_constant=_refuse_constant)
+    if "\\u" in text:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a \\u escape stands for a lone UTF-16 surrogate") from None
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 # --- one JSON value each -------------------------------------------------------------

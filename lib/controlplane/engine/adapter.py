@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.core.jsonwire import INT64_MAX
+from controlplane.core.jsonwire import INT64_MAX, decode_event_text
 from controlplane.core.runtime import Runner, RunResult, TimedEvent
 from controlplane.engine.options import TimeMode
 
@@ -71,7 +71,7 @@ def parse_row(
     """A TimedEvent, or the rejected_events row of a text that is not a JSON object."""
     raw = row.get("raw")
     try:
-        event = json.loads(raw) if isinstance(raw, str) else None
+        event = decode_event_text(raw) if isinstance(raw, str) else None
     except (ValueError, RecursionError) as exc:
         return _rejection(row, f"not JSON: {exc}")
     if not isinstance(event, dict):

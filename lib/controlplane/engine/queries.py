@@ -79,13 +79,12 @@ class QuotaKeyer:
         self.shards = shards
 
     def key(self, raw: Any, principal: Any, config: Any) -> tuple[str, int | None]:
-        import json
-
+        from controlplane.core.jsonwire import decode_event_text
         from controlplane.core.quota.resolution import key_of
 
         try:
-            event = json.loads(raw) if isinstance(raw, str) else None
-        except ValueError:
+            event = decode_event_text(raw) if isinstance(raw, str) else None
+        except (ValueError, RecursionError):
             event = None
         if not isinstance(event, dict):
             return spark_key_of("", self.keying, self.shards), None

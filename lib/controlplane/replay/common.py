@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from controlplane.core.config import ConfigError, Settings
+from controlplane.core.jsonwire import decode_event_text
 from controlplane.core.runtime import TimedEvent
 from controlplane.settings import load_settings
 
@@ -95,7 +96,7 @@ def event_from_line(raw: bytes, name: str, number: int) -> TimedEvent | None:
     if not text.strip():
         return None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = decode_event_text(text)
     except (ValueError, RecursionError) as exc:
         return TimedEvent({}, None, line=line, error=f"not valid JSON: {exc}", raw=text)
     if not isinstance(value, dict):
@@ -106,10 +107,6 @@ def event_from_line(raw: bytes, name: str, number: int) -> TimedEvent | None:
     if isinstance(time_ms, bool) or not isinstance(time_ms, int):
         time_ms = None
     return TimedEvent(value, time_ms, line=line)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _json_kind(python_type: str) -> str:
