@@ -326,6 +326,22 @@ def test_an_invalid_event_changes_no_state() -> None:
     assert (later[DECISIONS][0]["error"], later[DECISIONS][0]["decided_at_ms"]) == ("NONE", 5)
 
 
+@pytest.mark.parametrize("odd", [2**63, -(2**63) - 1, 10**30])
+def test_an_event_time_past_the_long_range_is_not_echoed_nor_used_as_a_time(odd: int) -> None:
+    """The decision's columns are longs: an integer past them would fail the table write."""
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 1_000)
+    raw = dict(heartbeat("odd", "g", 0, member, 1).event, event_time_ms=odd)
+    rows = feed_all(shard, [TimedEvent(raw, None, line="f:3")])
+    (row,) = rows[DECISIONS]
+    assert (row["error"], row["event_time_ms"], row["decided_at_ms"]) == (
+        "INVALID_REQUEST",
+        None,
+        1_000,
+    )
+    assert row["error_message"] == f"f:3: event_time_ms: out of range for a long: {odd}"
+
+
 # --- the envelope and the groups table ---------------------------------------------------------
 
 

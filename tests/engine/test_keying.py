@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -67,6 +68,15 @@ def test_quota_keyer_keys_a_mutation_by_its_quota_key() -> None:
     assert key == index_for(QUOTAS.quota).resolve("alice", "app").quota_key
     assert key not in ("", None)
     assert time_ms == 5
+
+
+@pytest.mark.parametrize("odd", [2**63, -(2**63) - 1, 1.5, "5"])
+def test_quota_keyer_keeps_only_a_long_event_time(odd: object) -> None:
+    """The keyed frame's event_time_ms is a long column: a larger integer fails Arrow."""
+    raw = json.dumps({"type": "create_topics", "user": "a", "client_id": "c", "event_time_ms": odd})
+    key, time_ms = quota_keyer().key(raw, None, QUOTAS.quota)
+    assert key == index_for(QUOTAS.quota).resolve("a", "c").quota_key
+    assert time_ms is None
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,17 @@ def test_tick_fires_expiry_and_forgets_the_key() -> None:
     assert late.outputs == {DECISIONS: [], THROTTLES: []}  # timers emit no rows
 
 
+@pytest.mark.parametrize("odd", [2**63, -(2**63) - 1, 10**30])
+def test_an_event_time_past_the_long_range_is_not_echoed(odd: int) -> None:
+    """The row's columns are longs: an integer past them would fail the table write."""
+    runner = QuotaRunner(QUOTAS)
+    raw = dict(event("a", T, x=1).event, event_time_ms=odd)
+    result = runner.run(None, [TimedEvent(raw, None)], T)
+    (row,) = result.outputs[DECISIONS]
+    assert row["error"] == "INVALID_REQUEST"
+    assert (row["event_time_ms"], row["decided_at_ms"]) == (None, T)
+
+
 def test_untracked_keys_keep_no_state() -> None:
     runner = QuotaRunner(parse_settings({}).quota)
     result = runner.run(None, [event("a", T, x=1000)], T)

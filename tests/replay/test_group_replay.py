@@ -207,7 +207,7 @@ def test_an_escaped_surrogate_pair_is_one_character() -> None:
     assert event.event["group_id"] == "g\U0001f600"
 
 
-@pytest.mark.parametrize("value", ["12", 12.0, True, None])
+@pytest.mark.parametrize("value", ["12", 12.0, True, None, 2**63, -(2**63) - 1])
 def test_only_an_integer_event_time_is_a_time(value: object) -> None:
     line = json.dumps({"event_time_ms": value}).encode()
     event = event_from_line(line, "f", 1)

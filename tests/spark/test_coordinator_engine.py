@@ -146,6 +146,9 @@ def test_event_time_engine_equals_the_replay(spark: Any, tmp_path: Path, keying:
     shutil.rmtree(tables, ignore_errors=True)
 
 
+ODD_TIMES = ([1], "abc", "123", 1.5, 10**20, -(10**20), True)
+
+
 def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_not_fail(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -185,6 +188,13 @@ def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_no
         {**first[0], "event_id": "far-join", "event_time_ms": end - 1_000, "group_id": "g3"},
         {"event_id": "late", "event_time_ms": 5, "type": "heartbeat", "group_id": "g4"}
         | {"member_id": "m", "generation_id": 1},
+        # event times Spark must not cast (under ANSI a cast of [1] or "abc" fails the query)
+        *(
+            {"event_id": f"odd-{i}", "event_time_ms": odd, "type": "heartbeat", "group_id": "g1"}
+            | {"member_id": "m", "generation_id": 1}
+            for i, odd in enumerate(ODD_TIMES)
+        ),
+        '{"event_id": "lone", "type": "heartbeat", "group_id": "g\\ud800", "member_id": "m"}',
     ]
     for index, lines in enumerate((first, second, third)):
         path = landing / f"events-{index}.jsonl"
@@ -215,6 +225,12 @@ def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_no
     assert decisions["far-hb"]["decided_at_ms"] == end
     assert "late" not in decisions
     assert dropped == 1
-    assert [row["raw"] for row in read_table(tables / "rejected_events")] == ["this is not json"]
+    for i in range(len(ODD_TIMES)):
+        odd = decisions[f"odd-{i}"]
+        assert odd["error"] == "INVALID_REQUEST"
+        assert odd["error_message"].split(": ")[1] == "event_time_ms"
+        assert odd["event_time_ms"] is None
+    rejected = sorted(row["raw"] for row in read_table(tables / "rejected_events"))
+    assert rejected == ["this is not json", third[-1]]
     groups = {row["group_id"]: row for row in read_table(tables / "groups")}
     assert groups["g3"]["group_state"] == "PreparingRebalance"

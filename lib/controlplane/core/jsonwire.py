@@ -62,6 +62,14 @@ def is_int(value: object) -> bool:
     return type(value) is int
 
 
+def long_or_none(value: object) -> int | None:
+    """``value`` if it is a JSON integer in the signed 64-bit range, else None: what may be
+    echoed into a ``long`` column or used as a time (a larger integer fails a table write)."""
+    if type(value) is int and INT64_MIN <= value <= INT64_MAX:
+        return value
+    return None
+
+
 WORDS: Final = {32: "an int", 64: "a long"}
 RANGES: Final = {32: (INT32_MIN, INT32_MAX), 64: (INT64_MIN, INT64_MAX)}
 

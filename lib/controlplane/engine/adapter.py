@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.core.jsonwire import INT64_MAX, decode_event_text
+from controlplane.core.jsonwire import INT64_MAX, decode_event_text, long_or_none
 from controlplane.core.runtime import Runner, RunResult, TimedEvent
 from controlplane.engine.options import TimeMode
 
@@ -82,8 +82,7 @@ def parse_row(
     seq = row.get("seq")
     line = f"{row.get('source')}:{'?' if seq is None else int(seq) + 1}"  # 1-based, as replay
     if mode is TimeMode.EVENT_TIME:
-        stamp = event.get("event_time_ms")
-        time_ms = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else None
+        time_ms = long_or_none(event.get("event_time_ms"))
     else:
         arrival = row.get("arrival_time_ms")
         time_ms = batch_time_ms if arrival is None else min(int(arrival), batch_time_ms)

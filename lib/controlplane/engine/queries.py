@@ -79,7 +79,7 @@ class QuotaKeyer:
         self.shards = shards
 
     def key(self, raw: Any, principal: Any, config: Any) -> tuple[str, int | None]:
-        from controlplane.core.jsonwire import decode_event_text
+        from controlplane.core.jsonwire import decode_event_text, long_or_none
         from controlplane.core.quota.resolution import key_of
 
         try:
@@ -90,8 +90,7 @@ class QuotaKeyer:
             return spark_key_of("", self.keying, self.shards), None
         if isinstance(principal, str):
             event["user"] = principal
-        stamp = event.get("event_time_ms")
-        time_ms = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else None
+        time_ms = long_or_none(event.get("event_time_ms"))
         try:
             quota_key = key_of(event, config)
         except Exception:  # malformed: the runner answers INVALID_REQUEST under any key
@@ -117,6 +116,18 @@ def _settings_source(settings: Settings, config_path: str | None) -> SettingsSou
 
 # Spark timestamps end at 9999-12-31T23:59:59.999Z; the wire allows any long.
 MAX_TIMESTAMP_MS: Final = 253_402_300_799_999
+
+
+def _event_time_column() -> Any:
+    """The line's ``event_time_ms`` when it is a JSON integer in the long range, else null, as
+    the adapter reads it (``long_or_none``). from_json, not a cast of get_json_object: that
+    unquotes ``"123"`` into a time the core refuses, and under ANSI (Spark 4's default) its
+    cast fails the whole query on ``[1]`` or ``"abc"``; from_json answers null for a string, a
+    fraction, an overflow, NaN or a line that is not JSON."""
+    from pyspark.sql import functions as F
+
+    options = {"allowNonNumericNumbers": "false", "mode": "PERMISSIVE"}
+    return F.from_json("raw", "event_time_ms BIGINT", options).getField("event_time_ms")
 
 
 def _with_time(frame: Any, options: EngineOptions) -> Any:
@@ -195,7 +206,7 @@ def build_query(
         keyed = raw.mapInPandas(keyer, KEYED_INPUT)
     else:
         key = spark_key_column(F.get_json_object("raw", key_path), options.keying, options.shards)
-        stamp = F.get_json_object("raw", "$.event_time_ms").cast("long")
+        stamp = _event_time_column()
         keyed = raw.select(
             key.alias("key"),
             "raw",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from controlplane.core.config import ConfigError, Settings
-from controlplane.core.jsonwire import decode_event_text
+from controlplane.core.jsonwire import decode_event_text, long_or_none
 from controlplane.core.runtime import TimedEvent
 from controlplane.settings import load_settings
 
@@ -103,10 +103,7 @@ def event_from_line(raw: bytes, name: str, number: int) -> TimedEvent | None:
         kind = type(value).__name__
         error = f"not a JSON object (got a JSON {_json_kind(kind)})"
         return TimedEvent({}, None, line=line, error=error, raw=text)
-    time_ms = value.get("event_time_ms")
-    if isinstance(time_ms, bool) or not isinstance(time_ms, int):
-        time_ms = None
-    return TimedEvent(value, time_ms, line=line)
+    return TimedEvent(value, long_or_none(value.get("event_time_ms")), line=line)
 
 
 def _json_kind(python_type: str) -> str:

@@ -61,6 +61,7 @@ from controlplane.core.jsonwire import (
     is_int,
     json_object,
     kind,
+    long_or_none,
     need,
     string,
     text,
@@ -155,7 +156,7 @@ def _invalid(raw: object, message: str) -> InvalidEvent:
         type=text("type"),
         member_id=text("member_id") or "",
         group_instance_id=text("group_instance_id"),
-        event_time_ms=time_ms if is_int(time_ms) else None,
+        event_time_ms=long_or_none(time_ms),
         message=message,
     )
 

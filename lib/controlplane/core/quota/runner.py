@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from controlplane.core.config import QuotaConfig
 from controlplane.core.errors import Errors
+from controlplane.core.jsonwire import long_or_none
 from controlplane.core.quota import codec
 from controlplane.core.quota.bucket import Bucket
 from controlplane.core.quota.machine import handle
@@ -47,9 +48,7 @@ def _invalid(
     """The INVALID_REQUEST row, decided at the handling time (else ``event_time_ms``, else the
     tick), or at ``clock_ms``, the clock of the event's key, when that is later."""
     raw = event.event if isinstance(event.event, Mapping) else {}
-    event_time = raw.get("event_time_ms")
-    if not isinstance(event_time, int) or isinstance(event_time, bool):
-        event_time = None
+    event_time = long_or_none(raw.get("event_time_ms"))
     decided_at = event.time_ms
     if decided_at is None:
         decided_at = event_time if event_time is not None else tick_ms
