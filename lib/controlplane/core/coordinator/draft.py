@@ -63,7 +63,7 @@ def _scalars(group: Group | Draft) -> tuple[object, ...]:
 def _same_items(items: Collection[_T], before: tuple[_T, ...]) -> tuple[_T, ...]:
     """``before`` if ``items`` holds the very same objects in the same order, else ``items`` as
     a tuple (identity, not equality: a changed member is never compared field by field)."""
-    if len(items) == len(before) and all(map(is_, items, before)):
+    if len(items) == len(before) and (not before or all(map(is_, items, before))):
         return before
     return tuple(items)
 
@@ -74,6 +74,33 @@ class Own(Enum):
 
 class Draft:
     """Mutable within one step only. ``now_ms`` and ``event_id`` describe what is running."""
+
+    __slots__ = (
+        "origin",
+        "group_id",
+        "phase",
+        "previous_phase",
+        "generation_id",
+        "protocol_type",
+        "protocol_name",
+        "leader_id",
+        "members",
+        "pending_join",
+        "pending_sync",
+        "new_member_added",
+        "_timers",
+        "timer_seq",
+        "_offsets",
+        "empty_since_ms",
+        "last_commit_ms",
+        "expansion_queue",
+        "deleted",
+        "now_ms",
+        "event_id",
+        "config",
+        "decisions",
+        "events",
+    )
 
     def __init__(
         self, group: Group, now_ms: int, event_id: str | None, config: CoordinatorConfig
@@ -87,8 +114,10 @@ class Draft:
         self.protocol_name = group.protocol_name
         self.leader_id = group.leader_id
         self.members: dict[str, Member] = {m.member_id: m for m in group.members}
-        self.pending_join: dict[str, None] = dict.fromkeys(group.pending_join_members)
-        self.pending_sync: dict[str, None] = dict.fromkeys(group.pending_sync_members)
+        pending_join = group.pending_join_members
+        pending_sync = group.pending_sync_members
+        self.pending_join: dict[str, None] = dict.fromkeys(pending_join) if pending_join else {}
+        self.pending_sync: dict[str, None] = dict.fromkeys(pending_sync) if pending_sync else {}
         self.new_member_added = group.new_member_added
         self._timers: dict[tuple[TimerKind, str], Timer] | None = None
         self.timer_seq = group.timer_seq
@@ -112,11 +141,22 @@ class Draft:
             return None
         origin = self.origin
         members = _same_items(self.members.values(), origin.members)
-        pending_join = _same_items(self.pending_join.keys(), origin.pending_join_members)
-        pending_sync = _same_items(self.pending_sync.keys(), origin.pending_sync_members)
-        timers = self._frozen_timers()
-        offsets = self._frozen_offsets()
-        expansion_queue = _same_items(self.expansion_queue.values(), origin.expansion_queue)
+        # Most steps leave these empty or untouched: no call, no copy, no sort for them.
+        pending_join = origin.pending_join_members
+        if self.pending_join or pending_join:
+            pending_join = _same_items(self.pending_join.keys(), pending_join)
+        pending_sync = origin.pending_sync_members
+        if self.pending_sync or pending_sync:
+            pending_sync = _same_items(self.pending_sync.keys(), pending_sync)
+        timers = origin.timers
+        if self._timers is not None:
+            timers = _same_items(sorted(self._timers.values(), key=_TIMER_ORDER), timers)
+        offsets = origin.offsets
+        if self._offsets is not None:
+            offsets = _same_items(self._offsets.values(), offsets)
+        expansion_queue = origin.expansion_queue
+        if self.expansion_queue or expansion_queue:
+            expansion_queue = _same_items(self.expansion_queue.values(), expansion_queue)
         if (
             members is origin.members
             and pending_join is origin.pending_join_members
@@ -147,16 +187,6 @@ class Draft:
             self.last_commit_ms,
             expansion_queue,
         )
-
-    def _frozen_timers(self) -> tuple[Timer, ...]:
-        if self._timers is None:
-            return self.origin.timers
-        return _same_items(sorted(self._timers.values(), key=_TIMER_ORDER), self.origin.timers)
-
-    def _frozen_offsets(self) -> tuple[StoredOffset, ...]:
-        if self._offsets is None:
-            return self.origin.offsets
-        return _same_items(self._offsets.values(), self.origin.offsets)
 
     @property
     def timers(self) -> dict[tuple[TimerKind, str], Timer]:
@@ -259,18 +289,21 @@ class Draft:
             remaining_ms,
         )
         self.timer_seq += 1
-        self.timers.pop((kind, member_id), None)
+        # Replaces the key's pending timer. The dict's order never matters: timers are ordered
+        # by (deadline, sequence), and sequences are unique.
         self.timers[(kind, member_id)] = timer
 
     def schedule_at(self, kind: TimerKind, member_id: str, deadline_ms: int) -> None:
         self.schedule(kind, member_id, deadline_ms - self.now_ms)
 
     def cancel(self, kind: TimerKind, member_id: str = "") -> None:
-        if self._timers is None and not any(
-            t.kind is kind and t.member_id == member_id for t in self.origin.timers
-        ):
-            return  # nothing to cancel: no need to thaw the timers
-        self.timers.pop((kind, member_id), None)
+        if self._timers is not None:
+            self._timers.pop((kind, member_id), None)
+            return
+        for timer in self.origin.timers:  # thawed only if there is something to cancel
+            if timer.kind is kind and timer.member_id == member_id:
+                self.timers.pop((kind, member_id), None)
+                return
 
     def reset_session(self, member: Member) -> None:
         self.schedule(TimerKind.HEARTBEAT, member.member_id, member.session_timeout_ms)
