@@ -3,10 +3,12 @@ reach rejected_events, every batch leaves a query_progress row."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from controlplane.engine.options import EngineOptions, Keying, SourceOptions
 from controlplane.engine.queries import build_query, register_progress_listener
@@ -21,7 +23,8 @@ def options_for(tmp_path: Path, keying: Keying = Keying.GROUP) -> EngineOptions:
         trigger_interval_ms=500,
         keying=keying,
         shards=4,
-        checkpoint_root=str(tmp_path / "checkpoints"),
+        # a URI, as dbfs:/ or s3:// checkpoints: the idempotence id must not need a local path
+        checkpoint_root=(tmp_path / "checkpoints").as_uri(),
         tables_root=str(tmp_path / "tables"),
         writer="delta-rs",
     )
@@ -78,6 +81,9 @@ def test_timers_fire_without_input_and_bad_lines_are_rejected(spark: Any, tmp_pa
         archived = wait_for(lambda: list((tmp_path / "archive").rglob("*.jsonl")), query)
         assert len(archived) == 1  # cleanSource moved the processed file out of the landing dir
         assert not list(landing.glob("*.jsonl"))
+        query_id = json.loads((tmp_path / "checkpoints" / "wiring" / "metadata").read_text())["id"]
+        app_id = f"controlplane-wiring-{query_id}"  # the checkpoint's own id, read from Spark
+        assert DeltaTable(str(tables / "decisions")).transaction_version(app_id) is not None
     finally:
         query.stop()
         spark.streams.removeListener(listener)

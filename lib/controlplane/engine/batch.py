@@ -43,15 +43,38 @@ def split_envelopes(
     return tables, figures
 
 
-def query_app_id(query: str, checkpoint: str) -> str:
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark on the stream thread (StreamExecution)
+
+
+def query_app_id(query: str, checkpoint: str, spark: Any = None) -> str:
     """Idempotence id: the query name plus the checkpoint's query id (a new checkpoint starts
-    batch ids at 0 again, so it must not reuse the old id)."""
-    metadata = Path(checkpoint) / "metadata"
-    try:
-        query_id = json.loads(metadata.read_text(encoding="utf-8"))["id"]
-    except (OSError, ValueError, KeyError):
-        query_id = "unknown"
+    batch ids at 0 again, so it must not reuse the old id).
+
+    The id is the local property Spark sets on the thread that runs foreachBatch (it is the id
+    stored in the checkpoint's ``metadata``), else that file read as a local path. Never a
+    made-up constant: an id shared by two checkpoints would make the new one skip every batch
+    the old one wrote (a checkpoint at a URI such as ``file:/``, ``dbfs:/`` or ``s3://``
+    cannot be read as a local path).
+    """
+    query_id = _query_id_property(spark)
+    if query_id is None:
+        metadata = Path(checkpoint) / "metadata"
+        try:
+            query_id = str(json.loads(metadata.read_text(encoding="utf-8"))["id"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RuntimeError(
+                f"{query}: cannot read the query id of checkpoint {checkpoint} ({exc}); "
+                "refusing to write without an idempotence id"
+            ) from exc
     return f"controlplane-{query}-{query_id}"
+
+
+def _query_id_property(spark: Any) -> str | None:
+    try:
+        value = spark.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    except Exception:  # no session, or no SparkContext (Spark Connect)
+        return None
+    return str(value) if value else None
 
 
 class BatchSink:
@@ -74,7 +97,7 @@ class BatchSink:
         if self._writer is None:
             from controlplane.io.sinks import choose_writer
 
-            app_id = query_app_id(self.query, self.checkpoint)
+            app_id = query_app_id(self.query, self.checkpoint, spark)
             self._writer = choose_writer(spark, self.tables_root, app_id, self.writer_preference)
         return self._writer
 
