@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Final
 
+from controlplane.core.quota.slots import stored_through_slots
+
 # Kafka answers "no quota" with Long.MAX_VALUE as a double (ClientQuotaManager.scala:324-326).
 UNLIMITED_RATE_PER_S: Final = float(2**63 - 1)
 LONG_MAX: Final = 2**63 - 1
@@ -28,6 +30,7 @@ INT32_MAX: Final = 2**31 - 1
 INACTIVE_EXPIRATION_MS: Final = 3_600_000
 
 
+@stored_through_slots
 @dataclass(frozen=True, slots=True)
 class Bucket:
     """One quota key's token bucket and the sensor facts kept beside it.

@@ -9,8 +9,10 @@ from typing import Any
 
 from controlplane.core.errors import Errors
 from controlplane.core.quota.requests import Mode, TopicMutation
+from controlplane.core.quota.slots import stored_through_slots
 
 
+@stored_through_slots
 @dataclass(frozen=True, slots=True)
 class QuotaDecision:
     """One answered request. ``quota_entity``/``rate_per_s`` are None when unlimited;
@@ -61,6 +63,7 @@ class QuotaDecision:
         }
 
 
+@stored_through_slots
 @dataclass(frozen=True, slots=True)
 class ThrottleEvent:
     """A request that was throttled (``throttle_time_ms > 0``) or had a topic rejected."""

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from controlplane.core.quota.slots import stored_through_slots
+
 
 class MutationType(StrEnum):
     CREATE_TOPICS = "create_topics"
@@ -28,6 +30,7 @@ STRICT_SINCE_VERSION: Final = {
 }
 
 
+@stored_through_slots
 @dataclass(frozen=True, slots=True)
 class TopicMutation:
     """One topic of a request: ``partitions`` partition mutations (created or deleted)."""
@@ -36,6 +39,7 @@ class TopicMutation:
     partitions: int
 
 
+@stored_through_slots
 @dataclass(frozen=True, slots=True)
 class MutationRequest:
     event_id: str
