@@ -22,7 +22,10 @@ def supports_protocols(
         return protocol_type != "" and bool(protocols)
     if protocol_type != group_protocol_type:
         return False
-    return any(_listed_by_every_member(p.name, members) for p in protocols)
+    for protocol in protocols:
+        if _listed_by_every_member(protocol.name, members):
+            return True
+    return False
 
 
 def _listed_by_every_member(name: str, members: Collection[Member]) -> bool:
@@ -45,8 +48,8 @@ def select_protocol(members: Sequence[Member], leader_id: str | None) -> str | N
     if not members:
         return None
     candidates = {p.name for p in members[0].protocols if _listed_by_every_member(p.name, members)}
-    if not candidates:
-        return None
+    if len(candidates) < 2:
+        return next(iter(candidates), None)  # no vote to count: one candidate, or none
     votes: dict[str, int] = dict.fromkeys(candidates, 0)
     for member in members:
         for protocol in member.protocols:

@@ -117,26 +117,27 @@ def _init_next_generation(d: Draft) -> None:
 
 
 def leader_member_list(d: Draft) -> tuple[JoinMember, ...]:
+    protocol_name = d.protocol_name
     return tuple(
-        make_join_member(m.member_id, m.group_instance_id, m.metadata_for(d.protocol_name))
-        for m in d.members.values()
+        [
+            make_join_member(m.member_id, m.group_instance_id, m.metadata_for(protocol_name))
+            for m in d.members.values()
+        ]
     )
 
 
 def _answer_joins_and_await_syncs(d: Draft) -> None:
     """§2 completeClassicGroupJoin step 6, for every member (rejoined or not)."""
     listing = leader_member_list(d)
+    leader_id = d.leader_id
     for member in list(d.members.values()):
+        member_id = member.member_id
         if member.awaiting_join is not None:
-            is_leader = member.member_id == d.leader_id
-            d.answer(
-                answers.join_ok(
-                    d, member.awaiting_join, member.member_id, listing if is_leader else ()
-                )
-            )
+            given = listing if member_id == leader_id else ()
+            d.answer(answers.join_ok(d, member.awaiting_join, member_id, given))
         updated = member.joined()
         d.update(updated)
         if member.offline_since_ms is not None:
             continue  # §14.1: an offline static member stays offline and owes no sync
         d.reset_session(updated)
-        d.pending_sync[member.member_id] = None
+        d.pending_sync[member_id] = None
