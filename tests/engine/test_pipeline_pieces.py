@@ -99,3 +99,20 @@ def test_bad_engine_settings_are_refused_naming_the_key(
 def test_a_source_without_path_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"sources\.quota\.path"):
         parse_engine_options(parse_settings({"sources": {"quota": {"format": "jsonl"}}}))
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({"format": "kafka", "path": "t"}, r"sources\.quota\.kafka_bootstrap_servers: required"),
+        ({"path": "in", "archive_dir": 5}, r"sources\.quota\.archive_dir: expected a non-empty"),
+        ({"path": "in", "user_header": None}, r"sources\.quota\.user_header"),
+    ],
+)
+def test_bad_source_settings_are_refused_at_start_naming_the_key(
+    source: dict[str, object], message: str
+) -> None:
+    """They used to pass and fail later: Kafka at query start, a bad archive_dir with a
+    TypeError, a null user_header as the header named "None"."""
+    with pytest.raises(ConfigError, match=message):
+        parse_engine_options(parse_settings({"sources": {"quota": source}}))

@@ -57,6 +57,10 @@ def run(argv: Sequence[str], queries: Sequence[str], description: str) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
+    missing = [name for name in queries if getattr(options, f"{name}_source") is None]
+    if missing:  # before any session or query starts
+        log.error("%s: sources.%s is not configured", args.config, ", sources.".join(missing))
+        return 2
     overrides = {"tables_root": args.tables_root, "checkpoint_root": args.checkpoint_root}
     from dataclasses import replace
 
@@ -71,11 +75,11 @@ def run(argv: Sequence[str], queries: Sequence[str], description: str) -> int:
     register_progress_listener(spark, options)
     builders = {"coordinator": build_coordinator_query, "quota": build_quota_query}
     started = []
-    for name in queries:
-        writer = builders[name](spark, settings, config_path=args.config, options=options)
-        started.append(writer.start())
-        log.info("started %s", name)
     try:
+        for name in queries:
+            writer = builders[name](spark, settings, config_path=args.config, options=options)
+            started.append(writer.start())
+            log.info("started %s", name)
         spark.streams.awaitAnyTermination()
     except KeyboardInterrupt:
         log.info("stopping")

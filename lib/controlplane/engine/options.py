@@ -105,6 +105,12 @@ def _source(where: str, raw: object) -> SourceOptions:
     fmt = _str(f"{where}.format", raw.get("format", "jsonl"))
     if fmt not in ("jsonl", "kafka", "delta"):
         raise ConfigError(f"{where}.format: expected jsonl, kafka or delta, got {fmt!r}")
+    optional = {
+        key: None if raw.get(key) is None else _str(f"{where}.{key}", raw.get(key))
+        for key in ("archive_dir", "kafka_bootstrap_servers")
+    }
+    if fmt == "kafka" and optional["kafka_bootstrap_servers"] is None:
+        raise ConfigError(f"{where}.kafka_bootstrap_servers: required for format kafka")
     return SourceOptions(
         format=fmt,
         path=_str(f"{where}.path", raw.get("path")),
@@ -114,9 +120,9 @@ def _source(where: str, raw: object) -> SourceOptions:
         clean_source=_enum(
             f"{where}.clean_source", CleanSource, raw.get("clean_source", "archive")
         ),
-        archive_dir=raw.get("archive_dir"),
-        kafka_bootstrap_servers=raw.get("kafka_bootstrap_servers"),
-        user_header=str(raw.get("user_header", "user")),
+        archive_dir=optional["archive_dir"],
+        kafka_bootstrap_servers=optional["kafka_bootstrap_servers"],
+        user_header=_str(f"{where}.user_header", raw.get("user_header", "user")),
     )
 
 
