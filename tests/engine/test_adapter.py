@@ -219,3 +219,25 @@ def test_an_unknown_state_version_is_refused_clearly() -> None:
     state = FakeGroupState(batch_time_ms=0, value=(99, -1, b""))
     with pytest.raises(ValueError, match="state envelope version 99"):
         function().call(iter([]), state)
+
+
+def test_kafka_records_sharing_a_timestamp_keep_their_offset_order() -> None:
+    """The source is ``topic/partition/offset``: compared as text, offset 100 came before 99."""
+    state = FakeGroupState(batch_time_ms=10_000)
+    records = [
+        {"raw": line(f"o{offset}"), "source": f"orders/3/{offset}", "seq": (3 << 40) + offset}
+        for offset in (100, 99, 1000, 9)
+    ]
+    out = tables(function().call(iter([frame(*records)]), state))
+    assert [row["event_id"] for row in out["decisions"]] == ["o9", "o99", "o100", "o1000"]
+
+
+def test_files_sharing_a_time_are_whole_and_in_name_order() -> None:
+    state = FakeGroupState(batch_time_ms=10_000)
+    rows = [
+        {"raw": line("b1"), "source": "in/b.jsonl", "seq": 0},
+        {"raw": line("a2"), "source": "in/a.jsonl", "seq": 1},
+        {"raw": line("a1"), "source": "in/a.jsonl", "seq": 0},
+    ]
+    out = tables(function().call(iter([frame(*rows)]), state))
+    assert [row["event_id"] for row in out["decisions"]] == ["a1", "a2", "b1"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,8 +95,22 @@ def _records(frames: Iterator[Any]) -> list[dict[str, Any]]:
     for frame in frames:
         if len(frame):
             rows.extend({k: _clean(v) for k, v in r.items()} for r in frame.to_dict("records"))
-    rows.sort(key=lambda r: tuple(_order_value(r.get(c)) for c in ORDER_COLUMNS))
+    rows.sort(key=_source_order)
     return rows
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _source_order(row: Mapping[str, Any]) -> tuple[tuple[int, Any], ...]:
+    """(arrival time, source, seq), the source compared with its numbers as numbers: a Kafka
+    source is ``topic/partition/offset``, and offset 100 comes after 99 (as text it sorted
+    first, reordering a partition's records that share a timestamp)."""
+    arrival, source, seq = (row.get(column) for column in ORDER_COLUMNS)
+    if isinstance(source, str):
+        parts = _DIGITS.split(source)
+        source = tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
+    return (_order_value(arrival), _order_value(source), _order_value(seq))
 
 
 def _clean(value: Any) -> Any:
