@@ -28,7 +28,10 @@ from controlplane.core.coordinator.state import (
 )
 from controlplane.core.errors import Errors
 
-_TIMER_ORDER = attrgetter("deadline_ms", "seq")
+_SEQ = attrgetter("seq")
+_DEADLINE = attrgetter("deadline_ms")
+# Kafka's state names (an enum's ``.value`` is a Python-level property: a dict is quicker).
+_STATE_NAME: dict[GroupPhase, str] = {phase: phase.value for phase in GroupPhase}
 _T = TypeVar("_T")
 
 # CGS:123-129: the states each state may be entered from.
@@ -150,7 +153,11 @@ class Draft:
             pending_sync = _same_items(self.pending_sync.keys(), pending_sync)
         timers = origin.timers
         if self._timers is not None:
-            timers = _same_items(sorted(self._timers.values(), key=_TIMER_ORDER), timers)
+            # In (deadline, sequence) order: by sequence, then stably by deadline (two sorts
+            # on one attribute are quicker than one on a tuple key).
+            ordered = sorted(self._timers.values(), key=_SEQ)
+            ordered.sort(key=_DEADLINE)
+            timers = _same_items(ordered, timers)
         offsets = origin.offsets
         if self._offsets is not None:
             offsets = _same_items(self._offsets.values(), offsets)
@@ -328,8 +335,8 @@ class Draft:
             raise AssertionError(f"illegal transition {self.phase} -> {target}")
         self.emit(
             EventKind.STATE_CHANGED,
-            state_from=self.phase.value,
-            state_to=target.value,
+            state_from=_STATE_NAME[self.phase],
+            state_to=_STATE_NAME[target],
             generation_id=self.generation_id,
         )
         self.previous_phase = self.phase

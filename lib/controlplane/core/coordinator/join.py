@@ -74,9 +74,8 @@ def _refuse_max_size(d: Draft, request: JoinGroup) -> None:
 
 
 def _supports(d: Draft, request: JoinGroup) -> bool:
-    members = d.members.values()
     return supports_protocols(
-        d.phase, d.protocol_type, members, request.protocol_type, request.protocols
+        d.phase, d.protocol_type, d.members.values(), request.protocol_type, request.protocols
     )
 
 
@@ -148,12 +147,13 @@ def _join_existing_member(d: Draft, request: JoinGroup) -> None:
 
 def _rejoin_known_member(d: Draft, request: JoinGroup, parked: ParkedRequest) -> None:
     member = static.mark_returned(d, d.members[request.header.member_id])
-    same = matches(member, request.protocols)
-    is_leader = member.member_id == d.leader_id
     if d.phase is GroupPhase.PREPARING_REBALANCE:
         update_member(d, member, request, parked)
         maybe_complete_join_phase(d)
-    elif d.phase is GroupPhase.COMPLETING_REBALANCE and same:
+        return
+    same = matches(member, request.protocols)
+    is_leader = member.member_id == d.leader_id
+    if d.phase is GroupPhase.COMPLETING_REBALANCE and same:
         listing = leader_member_list(d) if is_leader else ()
         d.answer(answers.join_ok(d, parked, member.member_id, listing))
     elif d.phase is GroupPhase.COMPLETING_REBALANCE:

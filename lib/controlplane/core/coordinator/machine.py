@@ -93,8 +93,10 @@ def _own_first(decisions: list[Decision], event_id: str) -> tuple[Decision, ...]
     """The request's own answer first, then the answers it released, in their order."""
     if len(decisions) < 2:
         return tuple(decisions)
-    own = [x for x in decisions if x.event_id == event_id]
-    rest = [x for x in decisions if x.event_id != event_id]
+    own: list[Decision] = []
+    rest: list[Decision] = []
+    for decision in decisions:
+        (own if decision.event_id == event_id else rest).append(decision)
     return (*own, *rest)
 
 
