@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from controlplane.core.config import ConfigError
-from controlplane.engine.options import EngineOptions, parse_engine_options
+from controlplane.engine.options import EngineOptions, TimeMode, parse_engine_options
 from controlplane.settings import load_settings
 
 log = logging.getLogger("controlplane.job")
@@ -21,6 +21,11 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
     parser.add_argument("--config", default="conf/local.yaml", help="YAML settings file")
     parser.add_argument("--tables-root", help="override engine.tables_root (e.g. a Volume path)")
     parser.add_argument("--checkpoint-root", help="override engine.checkpoint_root")
+    parser.add_argument(
+        "--available-now",
+        action="store_true",
+        help="engine.mode event_time only: process what the sources hold, then stop (replays)",
+    )
     return parser.parse_args(list(argv))
 
 
@@ -61,6 +66,9 @@ def run(argv: Sequence[str], queries: Sequence[str], description: str) -> int:
     if missing:  # before any session or query starts
         log.error("%s: sources.%s is not configured", args.config, ", sources.".join(missing))
         return 2
+    if args.available_now and options.mode is not TimeMode.EVENT_TIME:
+        log.error("--available-now needs engine.mode: event_time (timeouts never let it end)")
+        return 2
     overrides = {"tables_root": args.tables_root, "checkpoint_root": args.checkpoint_root}
     from dataclasses import replace
 
@@ -77,10 +85,20 @@ def run(argv: Sequence[str], queries: Sequence[str], description: str) -> int:
     started = []
     try:
         for name in queries:
-            writer = builders[name](spark, settings, config_path=args.config, options=options)
+            writer = builders[name](
+                spark,
+                settings,
+                config_path=args.config,
+                options=options,
+                available_now=args.available_now,
+            )
             started.append(writer.start())
             log.info("started %s", name)
-        spark.streams.awaitAnyTermination()
+        if args.available_now:  # each query stops by itself: wait for all, not the first
+            for query in started:
+                query.awaitTermination()
+        else:
+            spark.streams.awaitAnyTermination()
     except KeyboardInterrupt:
         log.info("stopping")
     finally:
