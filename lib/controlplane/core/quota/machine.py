@@ -51,6 +51,8 @@ THROTTLED: Final = Errors.THROTTLING_QUOTA_EXCEEDED
 INVALID: Final = Errors.INVALID_REQUEST
 INVALID_PARTITIONS: Final = Errors.INVALID_PARTITIONS
 NO_NAMES: Final[frozenset[str]] = frozenset()
+STRICT: Final = Mode.STRICT
+DELETE_TOPICS: Final = MutationType.DELETE_TOPICS
 
 
 class Admission(NamedTuple):
@@ -134,7 +136,7 @@ class Step(NamedTuple):
 
 
 def duplicated_names(topics: Sequence[TopicMutation]) -> frozenset[str]:
-    if len({topic.name for topic in topics}) == len(topics):
+    if len(topics) < 2 or len({topic.name for topic in topics}) == len(topics):
         return NO_NAMES
     seen: set[str] = set()
     twice: set[str] = set()
@@ -154,8 +156,8 @@ def refused_before_quota(request: MutationRequest) -> tuple[Errors | None, ...] 
     """
     topics = request.topics
     twice = duplicated_names(topics)
-    creates = request.type is not MutationType.DELETE_TOPICS
-    if not twice and not (creates and any(topic.partitions <= 0 for topic in topics)):
+    creates = request.type is not DELETE_TOPICS
+    if not twice and not (creates and _any_empty(topics)):
         return None
     return tuple(
         INVALID
@@ -163,6 +165,15 @@ def refused_before_quota(request: MutationRequest) -> tuple[Errors | None, ...] 
         else (INVALID_PARTITIONS if creates and topic.partitions <= 0 else None)
         for topic in topics
     )
+
+
+def _any_empty(topics: Sequence[TopicMutation]) -> bool:
+    """Whether a topic has 0 (or fewer) partitions: ``any`` over a generator, written as a loop
+    (three times quicker for the one or few topics of a request)."""
+    for topic in topics:  # noqa: SIM110
+        if topic.partitions <= 0:
+            return True
+    return False
 
 
 def handle(
@@ -173,11 +184,11 @@ def handle(
     now_ms: int,
 ) -> Step:
     """Answer ``request`` at ``now_ms`` (the key's clock, already advanced and expired)."""
-    known = () if bucket is None or resolution.quota_key is None else bucket.recent_event_ids
-    if request.event_id in known:
-        assert bucket is not None
+    quota_key = resolution.quota_key
+    event_id = request.event_id
+    if bucket is not None and quota_key is not None and event_id in bucket.recent_event_ids:
         return Step(handled_at(bucket, now_ms), None, None)
-    charged = resolution.quota_key is not None and (
+    charged = quota_key is not None and (
         config.controller_quota_validate_only_charged or not request.validate_only
     )
     refused = refused_before_quota(request)
@@ -188,12 +199,11 @@ def handle(
     )
     if not charged:
         decision = _decision(request, resolution, [True] * len(valid), refused, 0, now_ms)
-        if resolution.quota_key is None:
+        if quota_key is None:
             return Step(bucket, decision, None)  # nothing tracked: no sensor, no key, no clock
         # An uncharged validate-only: ZK mode creates the sensor before it looks at the flag.
         tracked = new_bucket(now_ms) if bucket is None else handled_at(bucket, now_ms)
         return Step(tracked, decision, None)
-    assert resolution.quota_key is not None
     rate_per_s = resolution.rate_per_s
     rate_used = UNLIMITED_RATE_PER_S if rate_per_s is None else rate_per_s
     burst = burst_of(
@@ -201,10 +211,11 @@ def handle(
     )
     current = new_bucket(now_ms) if bucket is None else bucket
     mode = mode_of(request, permissive_allowed=config.controller_quota_permissive_allowed)
-    admit = admit_strict if mode is Mode.STRICT else admit_permissive
+    admit = admit_strict if mode is STRICT else admit_permissive
     partitions = [topic.partitions for topic in valid]
     admission = admit(current.tokens, current.last_update_ms, partitions, rate_used, burst, now_ms)
-    recent = (*current.recent_event_ids[-(RECENT_EVENT_IDS_MAX - 1) :], request.event_id)
+    # The key's last RECENT_EVENT_IDS_MAX ids, this one last (concatenation: quicker to build).
+    recent = current.recent_event_ids[-(RECENT_EVENT_IDS_MAX - 1) :] + (event_id,)  # noqa: RUF005
     updated = Bucket(
         tokens=admission.tokens,
         last_update_ms=now_ms if partitions else current.last_update_ms,
@@ -236,8 +247,10 @@ def _decision(
         errors = tuple(
             (NONE if next(verdicts) else THROTTLED) if error is None else error for error in refused
         )
+    elif all(admitted):
+        errors = (NONE,) * len(admitted)  # the common case, without a loop
     else:
-        errors = tuple(NONE if ok else THROTTLED for ok in admitted)
+        errors = tuple([NONE if ok else THROTTLED for ok in admitted])
     return QuotaDecision(
         event_id=request.event_id,
         user=request.user,
@@ -245,7 +258,7 @@ def _decision(
         quota_entity=resolution.quota_entity,
         quota_key=resolution.quota_key,
         rate_per_s=resolution.rate_per_s,
-        type=request.type.value,
+        type=request.type._value_,  # the member's value (``.value`` is a slower property)
         error=Errors.NONE,
         error_message=None,
         throttle_time_ms=throttle_ms,
