@@ -241,3 +241,15 @@ def test_files_sharing_a_time_are_whole_and_in_name_order() -> None:
     ]
     out = tables(function().call(iter([frame(*rows)]), state))
     assert [row["event_id"] for row in out["decisions"]] == ["a1", "a2", "b1"]
+
+
+def test_a_line_naming_group_id_twice_is_rejected() -> None:
+    """Spark keys the line by the first group_id, Python reads the last: the group would get a
+    second state machine in another group's key."""
+    state = FakeGroupState(batch_time_ms=0)
+    raw = '{"event_id":"x","type":"count","group_id":"a","group_id":"b"}'
+    nested = '{"event_id":"y","type":"count","group_id":"a","x":{"group_id":"b"}}'
+    out = tables(function().call(iter([frame({"raw": raw}, {"raw": nested, "seq": 1})]), state))
+    assert [r["raw"] for r in out["rejected_events"]] == [raw]
+    assert out["rejected_events"][0]["reason"].endswith("duplicate key group_id")
+    assert [r["event_id"] for r in out["decisions"]] == ["y"]

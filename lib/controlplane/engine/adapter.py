@@ -77,6 +77,10 @@ def parse_row(
         return _rejection(row, f"not JSON: {exc}")
     if not isinstance(event, dict):
         return _rejection(row, f"not a JSON object: {type(event).__name__}")
+    if isinstance(raw, str) and raw.count('"group_id"') > 1 and _has_duplicate_group_id(raw):
+        # Spark's get_json_object keys the row by the first, Python reads the last: the group
+        # would live in another group's key, beside its own (two state machines for one group).
+        return _rejection(row, "not a JSON object: duplicate key group_id")
     principal = row.get("principal")
     if isinstance(principal, str):  # the source authenticated the writer: that is the user
         event["user"] = principal
@@ -88,6 +92,17 @@ def parse_row(
         arrival = row.get("arrival_time_ms")
         time_ms = batch_time_ms if arrival is None else min(int(arrival), batch_time_ms)
     return TimedEvent(event=event, time_ms=time_ms, line=line)
+
+
+def _has_duplicate_group_id(raw: str) -> bool:
+    top: list[list[str]] = []
+
+    def names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        top.append([name for name, _ in pairs])
+        return dict(pairs)
+
+    json.loads(raw, object_pairs_hook=names)
+    return bool(top) and top[-1].count("group_id") > 1  # the outermost object closes last
 
 
 def _records(frames: Iterator[Any]) -> list[dict[str, Any]]:
