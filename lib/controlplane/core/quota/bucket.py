@@ -16,10 +16,10 @@ at a real epoch time fills it to the burst: a bucket is full on first use.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
-from controlplane.core.quota.slots import stored_through_slots
+from controlplane.core.coordinator.frozen import fast_constructor
 
 # Kafka answers "no quota" with Long.MAX_VALUE as a double (ClientQuotaManager.scala:324-326).
 UNLIMITED_RATE_PER_S: Final = float(2**63 - 1)
@@ -30,7 +30,6 @@ INT32_MAX: Final = 2**31 - 1
 INACTIVE_EXPIRATION_MS: Final = 3_600_000
 
 
-@stored_through_slots
 @dataclass(frozen=True, slots=True)
 class Bucket:
     """One quota key's token bucket and the sensor facts kept beside it.
@@ -62,9 +61,12 @@ class Bucket:
         return self.last_record_ms + INACTIVE_EXPIRATION_MS + 1
 
 
+make_bucket = fast_constructor(Bucket)  # quick constructor (coordinator/frozen.py), per request
+
+
 def new_bucket(created_at_ms: int) -> Bucket:
     """A fresh sensor: empty bucket at the epoch, so the first touch fills it."""
-    return Bucket(
+    return make_bucket(
         tokens=0.0, last_update_ms=0, last_record_ms=created_at_ms, handled_ms=created_at_ms
     )
 
@@ -73,7 +75,13 @@ def handled_at(bucket: Bucket, now_ms: int) -> Bucket:
     """``bucket`` with an event handled at ``now_ms`` that did not touch its tokens."""
     if bucket.handled_ms == now_ms:
         return bucket
-    return replace(bucket, handled_ms=now_ms)
+    return make_bucket(
+        tokens=bucket.tokens,
+        last_update_ms=bucket.last_update_ms,
+        last_record_ms=bucket.last_record_ms,
+        recent_event_ids=bucket.recent_event_ids,
+        handled_ms=now_ms,
+    )
 
 
 def burst_of(samples: int, window_size_seconds: int, rate_per_s: float) -> float:

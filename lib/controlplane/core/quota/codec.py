@@ -19,7 +19,7 @@ import struct
 from collections.abc import Mapping
 from typing import Final
 
-from controlplane.core.quota.bucket import Bucket
+from controlplane.core.quota.bucket import Bucket, make_bucket
 
 MAGIC: Final = b"QB"
 SCHEMA_VERSION: Final = 2
@@ -132,7 +132,7 @@ def decode(data: bytes | None) -> dict[str, Bucket]:
         assert isinstance(last_record_ms, int)
         assert isinstance(handled_ms, int)
         ids = reader.texts(id_count)
-        buckets[key] = Bucket(tokens, last_update_ms, last_record_ms, ids, handled_ms)
+        buckets[key] = make_bucket(tokens, last_update_ms, last_record_ms, ids, handled_ms)
     if reader.offset != len(reader.data):
         raise StateCodecError("quota state has trailing bytes")
     return buckets

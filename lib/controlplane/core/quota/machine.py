@@ -31,11 +31,17 @@ from controlplane.core.quota.bucket import (
     Bucket,
     burst_of,
     handled_at,
+    make_bucket,
     new_bucket,
     response_throttle_ms,
     throttle_time_ms,
 )
-from controlplane.core.quota.records import QuotaDecision, ThrottleEvent
+from controlplane.core.quota.records import (
+    QuotaDecision,
+    ThrottleEvent,
+    make_decision,
+    make_throttle_event,
+)
 from controlplane.core.quota.requests import (
     Mode,
     MutationRequest,
@@ -216,7 +222,7 @@ def handle(
     admission = admit(current.tokens, current.last_update_ms, partitions, rate_used, burst, now_ms)
     # The key's last RECENT_EVENT_IDS_MAX ids, this one last (concatenation: quicker to build).
     recent = current.recent_event_ids[-(RECENT_EVENT_IDS_MAX - 1) :] + (event_id,)  # noqa: RUF005
-    updated = Bucket(
+    updated = make_bucket(
         tokens=admission.tokens,
         last_update_ms=now_ms if partitions else current.last_update_ms,
         last_record_ms=now_ms if admission.recorded else current.last_record_ms,
@@ -251,7 +257,7 @@ def _decision(
         errors = (NONE,) * len(admitted)  # the common case, without a loop
     else:
         errors = tuple([NONE if ok else THROTTLED for ok in admitted])
-    return QuotaDecision(
+    return make_decision(
         event_id=request.event_id,
         user=request.user,
         client_id=request.client_id,
@@ -287,7 +293,7 @@ def _throttle_event(
         topic.partitions for topic, ok in zip(valid, admission.admitted, strict=True) if ok
     )
     assert resolution.quota_key is not None
-    return ThrottleEvent(
+    return make_throttle_event(
         event_id=request.event_id,
         user=request.user,
         client_id=request.client_id,

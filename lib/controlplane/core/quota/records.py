@@ -7,12 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from controlplane.core.coordinator.frozen import fast_constructor
 from controlplane.core.errors import Errors
 from controlplane.core.quota.requests import Mode, TopicMutation
-from controlplane.core.quota.slots import stored_through_slots
 
 
-@stored_through_slots
 @dataclass(frozen=True, slots=True)
 class QuotaDecision:
     """One answered request. ``quota_entity``/``rate_per_s`` are None when unlimited;
@@ -63,7 +62,9 @@ class QuotaDecision:
         }
 
 
-@stored_through_slots
+make_decision = fast_constructor(QuotaDecision)  # quick constructor (coordinator/frozen.py)
+
+
 @dataclass(frozen=True, slots=True)
 class ThrottleEvent:
     """A request that was throttled (``throttle_time_ms > 0``) or had a topic rejected."""
@@ -98,3 +99,6 @@ class ThrottleEvent:
             "admitted_partitions": self.admitted_partitions,
             "at_ms": self.at_ms,
         }
+
+
+make_throttle_event = fast_constructor(ThrottleEvent)  # quick constructor (coordinator/frozen.py)

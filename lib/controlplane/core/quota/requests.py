@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from controlplane.core.quota.slots import stored_through_slots
+from controlplane.core.coordinator.frozen import fast_constructor
 
 
 class MutationType(StrEnum):
@@ -30,7 +30,6 @@ STRICT_SINCE_VERSION: Final = {
 }
 
 
-@stored_through_slots
 @dataclass(frozen=True, slots=True)
 class TopicMutation:
     """One topic of a request: ``partitions`` partition mutations (created or deleted)."""
@@ -39,7 +38,6 @@ class TopicMutation:
     partitions: int
 
 
-@stored_through_slots
 @dataclass(frozen=True, slots=True)
 class MutationRequest:
     event_id: str
@@ -50,6 +48,11 @@ class MutationRequest:
     request_version: int | None  # None = the newest version (strict)
     validate_only: bool
     topics: tuple[TopicMutation, ...]  # in processing order
+
+
+# Quick constructors (coordinator/frozen.py) for the wire parser, which builds them per event.
+make_topic = fast_constructor(TopicMutation)
+make_request = fast_constructor(MutationRequest)
 
 
 def mode_of(request: MutationRequest, *, permissive_allowed: bool) -> Mode:

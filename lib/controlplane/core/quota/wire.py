@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from controlplane.core.quota.requests import MutationRequest, MutationType, TopicMutation
+from controlplane.core.quota.requests import (
+    MutationRequest,
+    MutationType,
+    TopicMutation,
+    make_request,
+    make_topic,
+)
 
 LONG_MAX: Final = 2**63 - 1
 INT32_MAX: Final = 2**31 - 1
@@ -89,7 +95,7 @@ def _topic(raw: object, index: int, *, lowest: int) -> TopicMutation:
     if partitions is None:
         raise _Bad(f"{where}.partitions", "required")
     count = _int(partitions, f"{where}.partitions", low=lowest, high=INT32_MAX)
-    return TopicMutation(name, count)
+    return make_topic(name, count)
 
 
 def _topics(event: Mapping[str, Any], kind: MutationType) -> tuple[TopicMutation, ...]:
@@ -125,7 +131,7 @@ def _parse(event: Mapping[str, Any]) -> MutationRequest:
         raise _Bad("validate_only", f"expected true or false, got {_kind(validate_only)}")
     if validate_only and _TYPES[kind] is MutationType.DELETE_TOPICS:
         raise _Bad("validate_only", "DeleteTopics has no validate_only mode")
-    return MutationRequest(
+    return make_request(
         event_id=event_id,
         event_time_ms=event_time_ms,
         type=_TYPES[kind],
