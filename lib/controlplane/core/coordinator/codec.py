@@ -30,6 +30,7 @@ VERSION: Final = 1
 _PHASES: Final = tuple(GroupPhase)
 _PHASE_CODE: Final = {phase: i for i, phase in enumerate(_PHASES)}
 _KINDS: Final = {kind.value: kind for kind in TimerKind}
+_KIND_CODE: Final = {kind: kind.value for kind in TimerKind}  # quicker than ``.value``
 _MARSHAL_VERSION: Final = 4
 
 
@@ -71,7 +72,7 @@ def encode_group(group: Group) -> bytes:
         list(group.pending_sync_members),
         group.new_member_added,
         [
-            [t.kind.value, t.member_id, t.deadline_ms, t.seq, t.delay_ms, t.remaining_ms]
+            [_KIND_CODE[t.kind], t.member_id, t.deadline_ms, t.seq, t.delay_ms, t.remaining_ms]
             for t in group.timers
         ],
         group.timer_seq,
@@ -97,7 +98,7 @@ def _unmember(raw: list[Any]) -> Member:
         raw[4],
         raw[5],
         raw[6],
-        tuple(make_protocol(name, metadata) for name, metadata in raw[7]),
+        tuple([make_protocol(name, metadata) for name, metadata in raw[7]]),
         raw[8],
         _unparked(raw[9]),
         _unparked(raw[10]),
@@ -134,9 +135,9 @@ def _ungroup(raw: list[Any]) -> Group:
         tuple(raw[8]),
         tuple(raw[9]),
         raw[10],
-        tuple(make_timer(_KINDS[t[0]], t[1], t[2], t[3], t[4], t[5]) for t in raw[11]),
+        tuple([make_timer(_KINDS[t[0]], t[1], t[2], t[3], t[4], t[5]) for t in raw[11]]),
         raw[12],
-        tuple(make_offset(o[0], o[1], o[2], o[3], o[4]) for o in raw[13]),
+        tuple([make_offset(o[0], o[1], o[2], o[3], o[4]) for o in raw[13]]),
         raw[14],
         raw[15],
         tuple(map(_unmember, raw[16])),
