@@ -45,5 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if args[:1] in (["-h"], ["--help"]) else 2
 
 
+def task() -> None:
+    """The entry point of Databricks wheel tasks (``controlplane-task``): the task may call it
+    in-process and ignore a returned status, so a failing command raises ``SystemExit``, which
+    fails the task whether it runs as a process or not."""
+    code = main()
+    if code:
+        raise SystemExit(code)
+
+
 if __name__ == "__main__":
     sys.exit(main())

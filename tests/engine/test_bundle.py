@@ -5,6 +5,7 @@ invariants hold (job clusters with RocksDB, continuous streaming, pause status p
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,8 @@ def test_every_file_and_entry_point_named_exists() -> None:
             if "python_wheel_task" in task:
                 wheel = task["python_wheel_task"]
                 assert wheel["package_name"] == "controlplane"
-                assert wheel["entry_point"] in scripts
+                # the entry point that raises on failure: a wheel task may ignore a return
+                assert scripts[wheel["entry_point"]] == "controlplane.__main__:task"
                 command = wheel["parameters"][0]
                 assert (ROOT / "lib" / "controlplane" / "cli" / f"{command}.py").is_file()
             for library in task["libraries"]:
@@ -123,3 +125,17 @@ def test_the_config_files_the_targets_name_exist_and_validate(target: str) -> No
     options = parse_engine_options(load_settings(path))
     assert options.coordinator_source is not None
     assert options.quota_source is not None
+
+
+def test_the_task_entry_point_fails_the_task_when_the_command_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from controlplane.__main__ import task
+
+    monkeypatch.setattr(sys, "argv", ["controlplane-task", "no-such-command"])
+    with pytest.raises(SystemExit) as failed:
+        task()
+    assert failed.value.code == 2
+    monkeypatch.setattr(sys, "argv", ["controlplane-task", "--help"])
+    task()  # a command that succeeds returns normally
+    assert "usage" in capsys.readouterr().err
