@@ -120,3 +120,49 @@ def test_ints_widen_to_double_columns() -> None:
         "quota_decisions", [{"event_id": "e", "rate_per_s": 10, "throttle_time_ms": 0}]
     )
     assert table.column("rate_per_s").to_pylist() == [10.0]
+
+
+class CommitsUnderTheMerge(DeltaRsWriter):
+    """Another writer commits (a row, then a compaction, as the maintenance job does) after the
+    MERGE read its snapshot, ``races`` times: a real delta-rs commit conflict."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, "app")
+        self.races = 0
+        self.opened = 0
+        self.other = DeltaRsWriter(root, "other")
+
+    def _open(self, table: str) -> Any:
+        snapshot = super()._open(table)
+        self.opened += 1
+        if self.races:
+            self.races -= 1
+            self.other.write("groups", [group(f"x{self.opened}", "Empty")], self.opened)
+            DeltaTable(self.path(table)).optimize.compact()
+        return snapshot
+
+
+def test_a_merge_that_loses_a_commit_race_runs_again_on_the_new_snapshot(tmp_path: Path) -> None:
+    writer = CommitsUnderTheMerge(tmp_path)
+    writer.write("groups", [group("g1", "Stable")], 0)
+    writer.write("groups", [group("g2", "Stable")], 1)
+    writer.races, writer.opened = 2, 0
+    assert writer.write("groups", [group("g1", "Dead", deleted=True)], 2)
+    assert writer.opened == 3  # lost twice, then committed
+    assert sorted(r["group_id"] for r in rows(tmp_path / "groups")) == ["g2", "x1", "x2"]
+    assert writer.committed_version("groups") == 2
+
+
+def test_a_merge_that_keeps_losing_fails_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deltalake.exceptions import CommitFailedError
+
+    monkeypatch.setattr("controlplane.io.sinks.MERGE_RETRY_BACKOFF_S", 0.0)
+    writer = CommitsUnderTheMerge(tmp_path)
+    writer.write("groups", [group("g1", "Stable")], 0)
+    writer.races = 100
+    with pytest.raises(CommitFailedError):
+        writer.write("groups", [group("g1", "Dead", deleted=True)], 1)
+    assert writer.opened == 5
+    assert writer.committed_version("groups") == 0  # nothing of batch 1: the restart redoes it

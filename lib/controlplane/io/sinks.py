@@ -16,6 +16,7 @@ Two adapters behind one interface (``BatchWriter``):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 
 APPEND_ONLY = {"delta.appendOnly": "true"}
 MERGED_TABLES = frozenset({"groups"})
+MERGE_ATTEMPTS = 5
+MERGE_RETRY_BACKOFF_S = 0.2  # times the attempt number
 
 Row = Mapping[str, Any]
 
@@ -82,7 +85,7 @@ class DeltaRsWriter:
             )
             return False
         if table in MERGED_TABLES:
-            self._merge(table, latest_per_group(rows), batch_id)
+            self._merge_retrying(table, latest_per_group(rows), batch_id)
         else:
             self._append(table, rows, batch_id)
         return True
@@ -104,6 +107,35 @@ class DeltaRsWriter:
             commit_properties=self._commit(batch_id),
         )
 
+    def _merge_retrying(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
+        """A MERGE reads the table before it commits: a compaction (the maintenance job) that
+        commits in between makes the commit fail. Nothing was written then, so the MERGE runs
+        again on the new snapshot, a few times, before the batch (and the query) fails."""
+        from deltalake.exceptions import CommitFailedError
+
+        for attempt in range(1, MERGE_ATTEMPTS + 1):
+            try:
+                self._merge(table, rows, batch_id)
+                return
+            except CommitFailedError as exc:
+                if attempt == MERGE_ATTEMPTS:
+                    raise
+                log.warning(
+                    "%s: MERGE of batch %d lost a commit race (%s); attempt %d of %d",
+                    table,
+                    batch_id,
+                    exc,
+                    attempt + 1,
+                    MERGE_ATTEMPTS,
+                )
+                time.sleep(MERGE_RETRY_BACKOFF_S * attempt)
+
+    def _open(self, table: str) -> Any:
+        """The table's latest snapshot (what a MERGE reads before it commits)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path(table))
+
     def _merge(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
         from deltalake import DeltaTable, write_deltalake
 
@@ -124,7 +156,7 @@ class DeltaRsWriter:
         columns = [name for name in source.column_names if name != "deleted"]
         values = {name: f"s.{name}" for name in columns}
         (
-            DeltaTable(self.path(table))
+            self._open(table)
             .merge(
                 source,
                 predicate="t.group_id = s.group_id",
