@@ -128,4 +128,6 @@ def response_throttle_ms(last_throttle_ms: int, violation_at_ms: int, response_a
     Kafka's ``.toInt`` would wrap a throttle beyond 2^31-1 ms (24.8 days); we clamp instead.
     """
     remaining = last_throttle_ms - (response_at_ms - violation_at_ms)
-    return max(0, min(INT32_MAX, remaining))
+    if remaining <= 0:  # max(0, min(INT32_MAX, remaining)) without the two builtin calls
+        return 0
+    return remaining if remaining < INT32_MAX else INT32_MAX

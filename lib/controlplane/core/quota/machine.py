@@ -81,11 +81,12 @@ def admit_strict(
 ) -> Admission:
     """``StrictControllerMutationQuota.record`` once per topic: checkQuotas, then record.
 
-    ``min(burst, x)`` is written inline as ``x if x < burst else burst`` (the same value)."""
+    ``min(burst, x)`` is written inline as ``x if x < burst else burst`` (the same value). Each
+    violation sets the throttle and the last one's is kept, so it is computed once, at the end,
+    from the tokens at the last violation."""
     admitted: list[bool] = []
     recorded = False
-    last_throttle_ms = 0
-    violation_at_ms = 0
+    violation_tokens: float | None = None  # the tokens at the last violation
     last = last_update_ms
     for count in partitions:
         # Sensor.checkQuotas -> TokenBucket.measure: refill, then tokens < 0 is a violation.
@@ -94,8 +95,7 @@ def admit_strict(
         last = now_ms
         if tokens < 0:
             admitted.append(False)
-            last_throttle_ms = throttle_time_ms(tokens, rate_per_s)
-            violation_at_ms = now_ms
+            violation_tokens = tokens
             continue
         # Sensor.record(checkQuotas=false) -> TokenBucket.record: refill (no time passed), deduct.
         tokens = tokens + rate_per_s * 0.0
@@ -104,7 +104,7 @@ def admit_strict(
         tokens = tokens if tokens < burst else burst
         admitted.append(True)
         recorded = True
-    throttle = response_throttle_ms(last_throttle_ms, violation_at_ms, now_ms)
+    throttle = _response_throttle(violation_tokens, rate_per_s, now_ms)
     return Admission(tokens, tuple(admitted), recorded, throttle)
 
 
@@ -116,9 +116,9 @@ def admit_permissive(
     burst: float,
     now_ms: int,
 ) -> Admission:
-    """``PermissiveControllerMutationQuota.record`` once per topic: record, then checkQuotas."""
-    last_throttle_ms = 0
-    violation_at_ms = 0
+    """``PermissiveControllerMutationQuota.record`` once per topic: record, then checkQuotas.
+    The throttle is computed once, from the tokens at the last violation (as in strict)."""
+    violation_tokens: float | None = None  # the tokens at the last violation
     last = last_update_ms
     for count in partitions:
         tokens = tokens + rate_per_s * ((now_ms - last) / 1000.0)
@@ -129,10 +129,17 @@ def admit_permissive(
         tokens = tokens + rate_per_s * 0.0  # checkQuotas measures (refills) again
         tokens = tokens if tokens < burst else burst
         if tokens < 0:
-            last_throttle_ms = throttle_time_ms(tokens, rate_per_s)
-            violation_at_ms = now_ms
-    throttle = response_throttle_ms(last_throttle_ms, violation_at_ms, now_ms)
+            violation_tokens = tokens
+    throttle = _response_throttle(violation_tokens, rate_per_s, now_ms)
     return Admission(tokens, (True,) * len(partitions), bool(partitions), throttle)
+
+
+def _response_throttle(violation_tokens: float | None, rate_per_s: float, now_ms: int) -> int:
+    """The response's throttle (§2.4): the last violation's throttle (none: 0, at time 0), less
+    the time since (the violation happened at ``now_ms``)."""
+    if violation_tokens is None:
+        return response_throttle_ms(0, 0, now_ms)
+    return response_throttle_ms(throttle_time_ms(violation_tokens, rate_per_s), now_ms, now_ms)
 
 
 class Step(NamedTuple):
