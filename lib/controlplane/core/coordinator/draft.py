@@ -8,15 +8,18 @@ member add/remove, transitions, keyed timers, and the rows the step emits.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from enum import Enum
 from operator import attrgetter, is_
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator import answers
 from controlplane.core.coordinator.records import Decision, EventKind, GroupEvent, make_event
 from controlplane.core.coordinator.state import (
+    COMPLETING_REBALANCE,
+    EMPTY,
+    STABLE,
     Group,
     GroupPhase,
     Member,
@@ -75,34 +78,37 @@ class Own(Enum):
     STEP = "the request the step handles (None for a timer)"
 
 
+_STEP: Final = Own.STEP  # a global is quicker than the Enum attribute (see state.EMPTY)
+
+
 class Draft:
     """Mutable within one step only. ``now_ms`` and ``event_id`` describe what is running."""
 
     __slots__ = (
-        "origin",
-        "group_id",
-        "phase",
-        "previous_phase",
-        "generation_id",
-        "protocol_type",
-        "protocol_name",
-        "leader_id",
-        "members",
-        "pending_join",
-        "pending_sync",
-        "new_member_added",
-        "_timers",
-        "timer_seq",
         "_offsets",
-        "empty_since_ms",
-        "last_commit_ms",
-        "expansion_queue",
-        "deleted",
-        "now_ms",
-        "event_id",
+        "_timers",
         "config",
         "decisions",
+        "deleted",
+        "empty_since_ms",
+        "event_id",
         "events",
+        "expansion_queue",
+        "generation_id",
+        "group_id",
+        "last_commit_ms",
+        "leader_id",
+        "members",
+        "new_member_added",
+        "now_ms",
+        "origin",
+        "pending_join",
+        "pending_sync",
+        "phase",
+        "previous_phase",
+        "protocol_name",
+        "protocol_type",
+        "timer_seq",
     )
 
     def __init__(
@@ -239,7 +245,7 @@ class Draft:
                 state_from,
                 state_to,
                 generation_id,
-                self.event_id if event_id is Own.STEP else event_id,
+                self.event_id if event_id is _STEP else event_id,
             )
         )
 
@@ -268,7 +274,7 @@ class Draft:
         """Every member awaits its join answer (the awaiting count is the member count)."""
         if self.pending_join:
             return False
-        for member in self.members.values():  # a plain loop: quicker than all() here
+        for member in self.members.values():  # noqa: SIM110 (a plain loop: quicker than all())
             if member.awaiting_join is None:
                 return False
         return True
@@ -282,11 +288,7 @@ class Draft:
         return 0 if longest is None else longest
 
     def can_rebalance(self) -> bool:
-        return self.phase in (
-            GroupPhase.STABLE,
-            GroupPhase.COMPLETING_REBALANCE,
-            GroupPhase.EMPTY,
-        )
+        return self.phase in (STABLE, COMPLETING_REBALANCE, EMPTY)
 
     # -- timers (§0.2-2: scheduling a key replaces its pending timer) ---------------------------
 
@@ -328,6 +330,19 @@ class Draft:
     def reset_session(self, member: Member) -> None:
         self.schedule(TimerKind.HEARTBEAT, member.member_id, member.session_timeout_ms)
 
+    def reset_sessions(self, members: Iterable[Member]) -> None:
+        """``reset_session`` for each member in turn (a join phase's completion resets them
+        all: one loop, the timers dict fetched once)."""
+        timers = self.timers
+        seq = self.timer_seq
+        heartbeat = TimerKind.HEARTBEAT
+        for member in members:
+            member_id = member.member_id
+            deadline_ms = self.now_ms + member.session_timeout_ms
+            timers[(heartbeat, member_id)] = make_timer(heartbeat, member_id, deadline_ms, seq)
+            seq += 1
+        self.timer_seq = seq
+
     # -- transitions (§2) ---------------------------------------------------------------------
 
     def transition(self, target: GroupPhase) -> None:
@@ -341,10 +356,10 @@ class Draft:
         )
         self.previous_phase = self.phase
         self.phase = target
-        if target is GroupPhase.EMPTY:
+        if target is EMPTY:
             self.empty_since_ms = self.now_ms
             self.schedule_retention()
-        elif self.previous_phase is GroupPhase.EMPTY:
+        elif self.previous_phase is EMPTY:
             self.cancel(TimerKind.RETENTION)
 
     def schedule_retention(self) -> None:

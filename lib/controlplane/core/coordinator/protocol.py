@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from controlplane.core.coordinator.requests import Protocol
-from controlplane.core.coordinator.state import GroupPhase, Member
+from controlplane.core.coordinator.state import EMPTY, GroupPhase, Member
 
 
 def supports_protocols(
@@ -18,11 +18,11 @@ def supports_protocols(
     """An Empty group takes any non-empty type and protocol list; otherwise the type must be the
     group's and some name of ``protocols`` must be listed by every current member (with no
     member, any name will do)."""
-    if phase is GroupPhase.EMPTY:
+    if phase is EMPTY:
         return protocol_type != "" and bool(protocols)
     if protocol_type != group_protocol_type:
         return False
-    for protocol in protocols:
+    for protocol in protocols:  # noqa: SIM110 (a plain loop: quicker than any())
         if _listed_by_every_member(protocol.name, members):
             return True
     return False

@@ -10,7 +10,14 @@ from controlplane.core.coordinator import answers
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.protocol import select_protocol
 from controlplane.core.coordinator.records import EventKind, JoinMember, make_join_member
-from controlplane.core.coordinator.state import GroupPhase, TimerKind
+from controlplane.core.coordinator.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    Member,
+    TimerKind,
+)
 from controlplane.core.errors import Errors
 
 
@@ -22,11 +29,11 @@ def maybe_prepare_rebalance_or_complete_join(d: Draft, reason: str) -> None:
 
 
 def prepare_rebalance(d: Draft, reason: str) -> None:
-    if d.phase is GroupPhase.COMPLETING_REBALANCE:
+    if d.phase is COMPLETING_REBALANCE:
         _reset_assignments_and_parked_syncs(d)
     d.cancel(TimerKind.SYNC)
     d.pending_sync.clear()
-    initial = d.phase is GroupPhase.EMPTY
+    initial = d.phase is EMPTY
     d.emit(EventKind.REBALANCE_STARTED, reason=reason, generation_id=d.generation_id)
     if initial:
         delay_ms = d.config.group_initial_rebalance_delay_ms
@@ -34,7 +41,7 @@ def prepare_rebalance(d: Draft, reason: str) -> None:
         d.schedule(
             TimerKind.JOIN, "", delay_ms, initial_delay_ms=delay_ms, remaining_ms=remaining_ms
         )
-    d.transition(GroupPhase.PREPARING_REBALANCE)
+    d.transition(PREPARING_REBALANCE)
     _take_in_expansion_queue(d)
     if not initial:
         if d.has_all_members_joined():
@@ -69,8 +76,8 @@ def _take_in_expansion_queue(d: Draft) -> None:
 
 def maybe_complete_join_phase(d: Draft) -> None:
     if (
-        d.phase is GroupPhase.PREPARING_REBALANCE
-        and d.previous_phase is not GroupPhase.EMPTY
+        d.phase is PREPARING_REBALANCE
+        and d.previous_phase is not EMPTY
         and d.has_all_members_joined()
     ):
         complete_join(d)
@@ -81,13 +88,13 @@ def complete_join(d: Draft) -> None:
     for member in list(d.members.values()):
         if member.awaiting_join is None and not member.is_static:
             d.remove_member(member.member_id, "rebalance_timeout")
-    if d.phase is GroupPhase.DEAD:
+    if d.phase is DEAD:
         return
     if not _elect_joined_leader(d) and d.members:
         d.schedule(TimerKind.JOIN, "", d.rebalance_timeout_ms())  # nobody rejoined: "stuck"
         return
     _init_next_generation(d)
-    if d.phase is GroupPhase.COMPLETING_REBALANCE:
+    if d.phase is COMPLETING_REBALANCE:
         _answer_joins_and_await_syncs(d)
         d.schedule(TimerKind.SYNC, "", d.rebalance_timeout_ms())
 
@@ -109,10 +116,10 @@ def _init_next_generation(d: Draft) -> None:
     d.pending_sync.clear()
     if d.members:
         d.protocol_name = select_protocol(list(d.members.values()), d.leader_id)
-        d.transition(GroupPhase.COMPLETING_REBALANCE)
+        d.transition(COMPLETING_REBALANCE)
     else:
         d.protocol_name = None
-        d.transition(GroupPhase.EMPTY)
+        d.transition(EMPTY)
     d.emit(EventKind.GENERATION_COMPLETED, generation_id=d.generation_id)
 
 
@@ -130,6 +137,7 @@ def _answer_joins_and_await_syncs(d: Draft) -> None:
     """§2 completeClassicGroupJoin step 6, for every member (rejoined or not)."""
     listing = leader_member_list(d)
     leader_id = d.leader_id
+    syncing: list[Member] = []
     for member in list(d.members.values()):
         member_id = member.member_id
         if member.awaiting_join is not None:
@@ -137,7 +145,8 @@ def _answer_joins_and_await_syncs(d: Draft) -> None:
             d.answer(answers.join_ok(d, member.awaiting_join, member_id, given))
         updated = member.joined()
         d.update(updated)
-        if member.offline_since_ms is not None:
-            continue  # §14.1: an offline static member stays offline and owes no sync
-        d.reset_session(updated)
-        d.pending_sync[member_id] = None
+        if member.offline_since_ms is None:  # §14.1: an offline static member owes no sync
+            syncing.append(updated)
+    d.reset_sessions(syncing)  # in member order, as one reset after another
+    for member in syncing:
+        d.pending_sync[member.member_id] = None
