@@ -43,9 +43,10 @@ from controlplane.core.quota.records import (
     make_throttle_event,
 )
 from controlplane.core.quota.requests import (
+    DELETE_TOPICS,
+    STRICT,
     Mode,
     MutationRequest,
-    MutationType,
     TopicMutation,
     mode_of,
 )
@@ -57,8 +58,6 @@ THROTTLED: Final = Errors.THROTTLING_QUOTA_EXCEEDED
 INVALID: Final = Errors.INVALID_REQUEST
 INVALID_PARTITIONS: Final = Errors.INVALID_PARTITIONS
 NO_NAMES: Final[frozenset[str]] = frozenset()
-STRICT: Final = Mode.STRICT
-DELETE_TOPICS: Final = MutationType.DELETE_TOPICS
 
 
 class Admission(NamedTuple):

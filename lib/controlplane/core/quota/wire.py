@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controlplane.core.quota.requests import (
+    DELETE_TOPICS,
     MutationRequest,
     MutationType,
     TopicMutation,
@@ -107,7 +108,7 @@ def _topics(event: Mapping[str, Any], kind: MutationType) -> tuple[TopicMutation
         raise _Bad("topics", "required")
     if not isinstance(raw, list):
         raise _Bad("topics", f"expected an array of {{name, partitions}}, got {_kind(raw)}")
-    lowest = 0 if kind is MutationType.DELETE_TOPICS else INT32_MIN
+    lowest = 0 if kind is DELETE_TOPICS else INT32_MIN
     return tuple(_topic(item, index, lowest=lowest) for index, item in enumerate(raw))
 
 
@@ -129,7 +130,7 @@ def _parse(event: Mapping[str, Any]) -> MutationRequest:
         validate_only = False
     elif not isinstance(validate_only, bool):
         raise _Bad("validate_only", f"expected true or false, got {_kind(validate_only)}")
-    if validate_only and _TYPES[kind] is MutationType.DELETE_TOPICS:
+    if validate_only and _TYPES[kind] is DELETE_TOPICS:
         raise _Bad("validate_only", "DeleteTopics has no validate_only mode")
     return make_request(
         event_id=event_id,
