@@ -151,7 +151,7 @@ class Step(NamedTuple):
 
 
 def duplicated_names(topics: Sequence[TopicMutation]) -> frozenset[str]:
-    if len(topics) < 2 or len({topic.name for topic in topics}) == len(topics):
+    if len({topic.name for topic in topics}) == len(topics):
         return NO_NAMES
     seen: set[str] = set()
     twice: set[str] = set()
@@ -170,25 +170,23 @@ def refused_before_quota(request: MutationRequest) -> tuple[Errors | None, ...] 
       topic's current count, 0 included (ZK mode's ``getOrElse(0)``).
     """
     topics = request.topics
-    twice = duplicated_names(topics)
+    twice = NO_NAMES if len(topics) < 2 else duplicated_names(topics)  # one topic: no repeat
     creates = request.type is not DELETE_TOPICS
-    if not twice and not (creates and _any_empty(topics)):
-        return None
+    if not twice:
+        if not creates:
+            return None
+        # any(topic.partitions <= 0 ...), as a loop: 3x quicker for a request's few topics
+        for topic in topics:
+            if topic.partitions <= 0:
+                break
+        else:
+            return None
     return tuple(
         INVALID
         if topic.name in twice
         else (INVALID_PARTITIONS if creates and topic.partitions <= 0 else None)
         for topic in topics
     )
-
-
-def _any_empty(topics: Sequence[TopicMutation]) -> bool:
-    """Whether a topic has 0 (or fewer) partitions: ``any`` over a generator, written as a loop
-    (three times quicker for the one or few topics of a request)."""
-    for topic in topics:  # noqa: SIM110
-        if topic.partitions <= 0:
-            return True
-    return False
 
 
 def handle(
