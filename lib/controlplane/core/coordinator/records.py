@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from controlplane.core.coordinator.frozen import fast_constructor
 from controlplane.core.errors import Errors
+from controlplane.core.frozen import fast_constructor
 
 
 class EventKind(StrEnum):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from controlplane.core.coordinator.frozen import fast_constructor
+from controlplane.core.frozen import fast_constructor
 
 
 class RequestType(StrEnum):

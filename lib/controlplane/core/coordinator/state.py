@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Final
 
-from controlplane.core.coordinator.frozen import fast_constructor
 from controlplane.core.coordinator.requests import Protocol
+from controlplane.core.frozen import fast_constructor
 
 
 class GroupPhase(StrEnum):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.core.coordinator.frozen import fast_constructor
 from controlplane.core.coordinator.records import Decision, GroupEvent
 from controlplane.core.coordinator.state import Group
+from controlplane.core.frozen import fast_constructor
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from controlplane.core.coordinator.frozen import fast_constructor
+from controlplane.core.frozen import fast_constructor
 
 # Kafka answers "no quota" with Long.MAX_VALUE as a double (ClientQuotaManager.scala:324-326).
 UNLIMITED_RATE_PER_S: Final = float(2**63 - 1)
@@ -61,7 +61,7 @@ class Bucket:
         return self.last_record_ms + INACTIVE_EXPIRATION_MS + 1
 
 
-make_bucket = fast_constructor(Bucket)  # quick constructor (coordinator/frozen.py), per request
+make_bucket = fast_constructor(Bucket)  # quick constructor (core/frozen.py), per request
 
 
 def new_bucket(created_at_ms: int) -> Bucket:

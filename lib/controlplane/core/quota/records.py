@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.core.coordinator.frozen import fast_constructor
 from controlplane.core.errors import Errors
+from controlplane.core.frozen import fast_constructor
 from controlplane.core.quota.requests import Mode, TopicMutation
 
 
@@ -62,7 +62,7 @@ class QuotaDecision:
         }
 
 
-make_decision = fast_constructor(QuotaDecision)  # quick constructor (coordinator/frozen.py)
+make_decision = fast_constructor(QuotaDecision)  # quick constructor (core/frozen.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,4 +101,4 @@ class ThrottleEvent:
         }
 
 
-make_throttle_event = fast_constructor(ThrottleEvent)  # quick constructor (coordinator/frozen.py)
+make_throttle_event = fast_constructor(ThrottleEvent)  # quick constructor (core/frozen.py)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from controlplane.core.coordinator.frozen import fast_constructor
+from controlplane.core.frozen import fast_constructor
 
 
 class MutationType(StrEnum):
@@ -57,7 +57,7 @@ class MutationRequest:
     topics: tuple[TopicMutation, ...]  # in processing order
 
 
-# Quick constructors (coordinator/frozen.py) for the wire parser, which builds them per event.
+# Quick constructors (core/frozen.py) for the wire parser, which builds them per event.
 make_topic = fast_constructor(TopicMutation)
 make_request = fast_constructor(MutationRequest)
 
