@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 APPEND_ONLY = {"delta.appendOnly": "true"}
 MERGED_TABLES = frozenset({"groups"})
 MERGE_ATTEMPTS = 5
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 MERGE_RETRY_BACKOFF_S = 0.2  # times the attempt number
 
 Row = Mapping[str, Any]
@@ -208,18 +210,24 @@ class NativeDeltaWriter:  # pragma: no cover - needs delta-spark (Databricks); u
         if not DeltaTable.isDeltaTable(self.spark, path):
             source.filter("NOT deleted").drop("deleted").write.format("delta").save(path)
             return True
-        self.spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
-        self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
         values: dict[str, Any] = {str(name): f"s.{name}" for name in frame.columns}
-        (
-            DeltaTable.forPath(self.spark, path)
-            .alias("t")
-            .merge(source.alias("s"), "t.group_id = s.group_id")
-            .whenMatchedDelete("s.deleted")
-            .whenMatchedUpdate(set=values)
-            .whenNotMatchedInsert(values=values, condition="NOT s.deleted")
-            .execute()
-        )
+        # MERGE takes its idempotence id from session confs only; Delta applies them to every
+        # later write of the session until they are unset, so they are unset at once.
+        self.spark.conf.set(TXN_APP_ID_CONF, self.app_id)
+        self.spark.conf.set(TXN_VERSION_CONF, str(batch_id))
+        try:
+            (
+                DeltaTable.forPath(self.spark, path)
+                .alias("t")
+                .merge(source.alias("s"), "t.group_id = s.group_id")
+                .whenMatchedDelete("s.deleted")
+                .whenMatchedUpdate(set=values)
+                .whenNotMatchedInsert(values=values, condition="NOT s.deleted")
+                .execute()
+            )
+        finally:
+            self.spark.conf.unset(TXN_APP_ID_CONF)
+            self.spark.conf.unset(TXN_VERSION_CONF)
         return True
 
 
