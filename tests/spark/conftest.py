@@ -75,6 +75,18 @@ def wait_for(
     )
 
 
+def run_to_end(writer: Any) -> list[dict[str, Any]]:
+    """Start an availableNow query, wait until it ends by itself, and return its progress."""
+    query = writer.start()
+    try:
+        assert query.awaitTermination(300), "availableNow did not finish in event-time mode"
+        assert query.exception() is None
+        progress: list[dict[str, Any]] = query.recentProgress
+    finally:
+        query.stop()
+    return progress
+
+
 def assert_same_rows(spark: Any, actual: Sequence[str], expected: Sequence[str]) -> None:
     """Two collections of canonical JSON rows compared as DataFrames with chispa, in any order
     (engine tables carry no row order, events.md §5); chispa prints the rows that differ."""

@@ -23,7 +23,7 @@ from controlplane.engine.options import (
     TimeMode,
 )
 from controlplane.engine.queries import build_coordinator_query
-from spark.conftest import ROOT, assert_same_rows, read_table
+from spark.conftest import ROOT, assert_same_rows, read_table, run_to_end
 
 pytestmark = pytest.mark.spark
 
@@ -115,14 +115,9 @@ def test_event_time_engine_equals_the_replay(spark: Any, tmp_path: Path, keying:
     options = event_time_options(tmp_path, keying)
     events = events_with_final_tick(tmp_path)
     expected = replay(events, tmp_path / "replay")
-    query = build_coordinator_query(
-        spark, parse_settings({}), options=options, available_now=True
-    ).start()
-    try:
-        assert query.awaitTermination(300), "availableNow did not finish in event-time mode"
-        assert query.exception() is None
-    finally:
-        query.stop()
+    run_to_end(
+        build_coordinator_query(spark, parse_settings({}), options=options, available_now=True)
+    )
     tables = Path(options.tables_root)
     decisions = read_table(tables / "decisions")
     unparsed = [row for row in expected["decisions"] if row.get("event_id") is None]
@@ -202,20 +197,13 @@ def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_no
             "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n"
         )
         os.utime(path, (1_700_000_000 + index * 100, 1_700_000_000 + index * 100))
-    query = build_coordinator_query(
-        spark, parse_settings({}), options=options, available_now=True
-    ).start()
-    try:
-        assert query.awaitTermination(300), "availableNow did not finish in event-time mode"
-        assert query.exception() is None
-        dropped = sum(
-            int(op["numRowsDroppedByWatermark"])
-            for progress in query.recentProgress
-            for op in progress["stateOperators"]
-        )
-        batches = [p for p in query.recentProgress if p["numInputRows"]]
-    finally:
-        query.stop()
+    progress = run_to_end(
+        build_coordinator_query(spark, parse_settings({}), options=options, available_now=True)
+    )
+    dropped = sum(
+        int(op["numRowsDroppedByWatermark"]) for p in progress for op in p["stateOperators"]
+    )
+    batches = [p for p in progress if p["numInputRows"]]
     assert len(batches) == 3, "one file per batch"
     tables = Path(options.tables_root)
     decisions = {row["event_id"]: row for row in read_table(tables / "decisions")}

@@ -20,7 +20,7 @@ from controlplane.engine.options import (
 )
 from controlplane.engine.queries import build_quota_query
 from controlplane.settings import load_settings
-from spark.conftest import ROOT, assert_same_rows, read_table
+from spark.conftest import ROOT, assert_same_rows, read_table, run_to_end
 from spark.test_coordinator_engine import canonical
 
 pytestmark = pytest.mark.spark
@@ -69,14 +69,11 @@ def test_event_time_quota_engine_equals_the_replay(
         quota_source=SourceOptions(format="jsonl", path=str(landing), clean_source=CleanSource.OFF),
     )
     settings = load_settings(config)
-    query = build_quota_query(
-        spark, settings, config_path=str(config), options=options, available_now=True
-    ).start()
-    try:
-        assert query.awaitTermination(300), "availableNow did not finish in event-time mode"
-        assert query.exception() is None
-    finally:
-        query.stop()
+    run_to_end(
+        build_quota_query(
+            spark, settings, config_path=str(config), options=options, available_now=True
+        )
+    )
     tables = Path(options.tables_root)
     decisions = read_table(tables / "quota_decisions")
     parsed = [r for r in expected["quota_decisions"] if r.get("event_id") is not None]
