@@ -117,9 +117,10 @@ def _parse(event: Mapping[str, Any]) -> MutationRequest:
     if event.get("event_time_ms") is None:
         raise _Bad("event_time_ms", "required")
     event_time_ms = _int(event.get("event_time_ms"), "event_time_ms", low=0, high=LONG_MAX)
-    kind = _string(event, "type", empty_ok=False)
-    if kind not in _TYPES:
-        raise _Bad("type", f"expected one of {_TYPE_NAMES}, got {kind[:40]!r}")
+    kind_name = _string(event, "type", empty_ok=False)
+    kind = _TYPES.get(kind_name)
+    if kind is None:
+        raise _Bad("type", f"expected one of {_TYPE_NAMES}, got {kind_name[:40]!r}")
     user = _string(event, "user", empty_ok=True)
     client_id = _string(event, "client_id", empty_ok=True)
     version = event.get("request_version")
@@ -130,18 +131,17 @@ def _parse(event: Mapping[str, Any]) -> MutationRequest:
         validate_only = False
     elif not isinstance(validate_only, bool):
         raise _Bad("validate_only", f"expected true or false, got {_kind(validate_only)}")
-    if validate_only and _TYPES[kind] is DELETE_TOPICS:
+    if validate_only and kind is DELETE_TOPICS:
         raise _Bad("validate_only", "DeleteTopics has no validate_only mode")
-    kind_member = _TYPES[kind]
     return make_request(  # positional, in field order: keywords cost twice as much per event
         event_id,
         event_time_ms,
-        kind_member,  # type
+        kind,  # type
         user,
         client_id,
         version,  # request_version
         validate_only,
-        _topics(event, kind_member),
+        _topics(event, kind),
     )
 
 
