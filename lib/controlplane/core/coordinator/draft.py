@@ -8,7 +8,7 @@ member add/remove, transitions, keyed timers, and the rows the step emits.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from enum import Enum
 from operator import attrgetter, is_
 from typing import Final, TypeVar
@@ -329,19 +329,6 @@ class Draft:
 
     def reset_session(self, member: Member) -> None:
         self.schedule(TimerKind.HEARTBEAT, member.member_id, member.session_timeout_ms)
-
-    def reset_sessions(self, members: Iterable[Member]) -> None:
-        """``reset_session`` for each member in turn (a join phase's completion resets them
-        all: one loop, the timers dict fetched once)."""
-        timers = self.timers
-        seq = self.timer_seq
-        heartbeat = TimerKind.HEARTBEAT
-        for member in members:
-            member_id = member.member_id
-            deadline_ms = self.now_ms + member.session_timeout_ms
-            timers[(heartbeat, member_id)] = make_timer(heartbeat, member_id, deadline_ms, seq)
-            seq += 1
-        self.timer_seq = seq
 
     # -- transitions (§2) ---------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ from controlplane.core.coordinator.state import (
     DEAD,
     EMPTY,
     PREPARING_REBALANCE,
-    Member,
     TimerKind,
 )
 from controlplane.core.errors import Errors
@@ -137,7 +136,6 @@ def _answer_joins_and_await_syncs(d: Draft) -> None:
     """§2 completeClassicGroupJoin step 6, for every member (rejoined or not)."""
     listing = leader_member_list(d)
     leader_id = d.leader_id
-    syncing: list[Member] = []
     for member in list(d.members.values()):
         member_id = member.member_id
         if member.awaiting_join is not None:
@@ -146,7 +144,5 @@ def _answer_joins_and_await_syncs(d: Draft) -> None:
         updated = member.joined()
         d.update(updated)
         if member.offline_since_ms is None:  # §14.1: an offline static member owes no sync
-            syncing.append(updated)
-    d.reset_sessions(syncing)  # in member order, as one reset after another
-    for member in syncing:
-        d.pending_sync[member.member_id] = None
+            d.reset_session(updated)
+            d.pending_sync[member_id] = None

@@ -93,8 +93,7 @@ class Member:
             self.awaiting_join is not None or self.awaiting_sync is not None
         )
 
-    # Hot-path copies: positional construction, in Member's field order, is several times
-    # quicker than ``replace``.
+    # Hot-path copies (positional construction is several times quicker than ``replace``).
 
     def rejoined(
         self,
@@ -104,6 +103,61 @@ class Member:
         request: ParkedRequest,
     ) -> Member:
         """New protocols and timeouts, with the join parked."""
+        return self._copy(
+            protocols,
+            rebalance_timeout_ms,
+            session_timeout_ms,
+            self.assignment,
+            request,
+            self.awaiting_sync,
+            self.is_new,
+        )
+
+    def joined(self) -> Member:
+        """The join answered at completion: no longer new, nothing parked."""
+        return self._copy(
+            self.protocols,
+            self.rebalance_timeout_ms,
+            self.session_timeout_ms,
+            self.assignment,
+            None,
+            self.awaiting_sync,
+            False,
+        )
+
+    def syncing(self, request: ParkedRequest) -> Member:
+        return self._copy(
+            self.protocols,
+            self.rebalance_timeout_ms,
+            self.session_timeout_ms,
+            self.assignment,
+            self.awaiting_join,
+            request,
+            self.is_new,
+        )
+
+    def assigned(self, assignment: str) -> Member:
+        """A new assignment; a parked sync is answered with it."""
+        return self._copy(
+            self.protocols,
+            self.rebalance_timeout_ms,
+            self.session_timeout_ms,
+            assignment,
+            self.awaiting_join,
+            None,
+            self.is_new,
+        )
+
+    def _copy(
+        self,
+        protocols: tuple[Protocol, ...],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        assignment: str,
+        awaiting_join: ParkedRequest | None,
+        awaiting_sync: ParkedRequest | None,
+        is_new: bool,
+    ) -> Member:
         return make_member(
             self.member_id,
             self.group_instance_id,
@@ -113,63 +167,10 @@ class Member:
             session_timeout_ms,
             self.protocol_type,
             protocols,
-            self.assignment,
-            request,
-            self.awaiting_sync,
-            self.is_new,
-            self.offline_since_ms,
-        )
-
-    def joined(self) -> Member:
-        """The join answered at completion: no longer new, nothing parked."""
-        return make_member(
-            self.member_id,
-            self.group_instance_id,
-            self.client_id,
-            self.client_host,
-            self.rebalance_timeout_ms,
-            self.session_timeout_ms,
-            self.protocol_type,
-            self.protocols,
-            self.assignment,
-            None,
-            self.awaiting_sync,
-            False,
-            self.offline_since_ms,
-        )
-
-    def syncing(self, request: ParkedRequest) -> Member:
-        return make_member(
-            self.member_id,
-            self.group_instance_id,
-            self.client_id,
-            self.client_host,
-            self.rebalance_timeout_ms,
-            self.session_timeout_ms,
-            self.protocol_type,
-            self.protocols,
-            self.assignment,
-            self.awaiting_join,
-            request,
-            self.is_new,
-            self.offline_since_ms,
-        )
-
-    def assigned(self, assignment: str) -> Member:
-        """A new assignment; a parked sync is answered with it."""
-        return make_member(
-            self.member_id,
-            self.group_instance_id,
-            self.client_id,
-            self.client_host,
-            self.rebalance_timeout_ms,
-            self.session_timeout_ms,
-            self.protocol_type,
-            self.protocols,
             assignment,
-            self.awaiting_join,
-            None,
-            self.is_new,
+            awaiting_join,
+            awaiting_sync,
+            is_new,
             self.offline_since_ms,
         )
 
