@@ -332,10 +332,7 @@ class GroupMember:
         if action is p.Action.FATAL:
             raise GroupMemberError(f"{where} of {self.config.group_id} failed: {error}")
         with self._lock:
-            if action is p.Action.RESET_MEMBER:
-                self._member_id = ""
-            if action in (p.Action.RESET_MEMBER, p.Action.RESET_GENERATION):
-                self._generation = p.NO_GENERATION
+            self._reset_for(action)
         if action is p.Action.RETRY:
             remaining = deadline.remaining_ms(self.clock.now_ms())
             self.clock.sleep(min(self.config.retry_backoff_ms, remaining))
@@ -378,6 +375,14 @@ class GroupMember:
             if offset is None:
                 offset = 0 if self._reset == "earliest" else self._source.end_offset(tp)
             self._fetcher.seek(tp, offset)
+
+    def _reset_for(self, action: p.Action) -> None:
+        """Under the lock: UNKNOWN_MEMBER_ID-like errors forget the member id and the
+        generation, ILLEGAL_GENERATION-like ones the generation only (AbstractCoordinator)."""
+        if action is p.Action.RESET_MEMBER:
+            self._member_id = ""
+        if action in (p.Action.RESET_MEMBER, p.Action.RESET_GENERATION):
+            self._generation = p.NO_GENERATION
 
     def _unpositioned(self) -> frozenset[TopicPartition]:
         positions = self._fetcher.positions()
@@ -432,10 +437,7 @@ class GroupMember:
                 # As ConsumerCoordinator: the generation is gone (ILLEGAL_GENERATION keeps the
                 # member id, UNKNOWN_MEMBER_ID does not); rejoin. A newer generation is kept.
                 self._rejoin_needed = True
-                if action in (p.Action.RESET_MEMBER, p.Action.RESET_GENERATION):
-                    self._generation = p.NO_GENERATION
-                if action is p.Action.RESET_MEMBER:
-                    self._member_id = ""
+                self._reset_for(action)
         raise CommitFailedError(f"commit: {error}")
 
     def _maybe_auto_commit(self) -> None:
@@ -500,10 +502,7 @@ class GroupMember:
                 return
             already_known = self._rejoin_needed and action is p.Action.REJOIN
             self._rejoin_needed = True
-            if action is p.Action.RESET_MEMBER:
-                self._member_id = ""
-            if action in (p.Action.RESET_MEMBER, p.Action.RESET_GENERATION):
-                self._generation = p.NO_GENERATION
+            self._reset_for(action)
         if already_known:
             return  # heartbeating on through the rebalance until poll() rejoins
         self._record("heartbeat_error", error)
