@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 APPEND_ONLY = {"delta.appendOnly": "true"}
 MERGED_TABLES = frozenset({"groups"})
 MERGE_ATTEMPTS = 5
+MERGE_RETRY_BACKOFF_S = 0.2  # times the attempt number
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
-MERGE_RETRY_BACKOFF_S = 0.2  # times the attempt number
 
 Row = Mapping[str, Any]
 
