@@ -1,9 +1,14 @@
 # The two commands a newcomer needs:   make demo   and   make test
-# Everything installs into .venv from PyPI (nothing else is fetched).
+# Everything installs into .venv: Python packages from PyPI, the pinned JVM jars of jvm/*/pom.xml
+# from Maven Central (.venv/jars/spark for Delta and Kafka in Spark, .venv/jars/broker for a
+# local Kafka broker).
 PY      ?= python3.11
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+JARS    := $(VENV)/jars
+JARSTAMP := $(JARS)/.fetched
+MVN     ?= mvn
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PYTHONPATH := $(abspath lib):$(abspath tests)
@@ -19,9 +24,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[spark,dev]'
 	@touch $(STAMP)
 
-setup: $(STAMP) ## create .venv and install the project with its pinned dependencies
+$(JARSTAMP): jvm/spark/pom.xml jvm/broker/pom.xml
+	@command -v $(MVN) >/dev/null 2>&1 || { echo "make setup: Maven (mvn) is needed to fetch the pinned JVM jars of jvm/*/pom.xml (Debian: apt-get install maven); Java 17 too" >&2; exit 2; }
+	@command -v java >/dev/null 2>&1 || { echo "make setup: Java 17 or later is needed (Debian: apt-get install openjdk-17-jre-headless)" >&2; exit 2; }
+	@rm -rf $(JARS)/spark $(JARS)/broker
+	@for folder in spark broker; do \
+	  $(MVN) -q -B -Dstyle.color=never -f jvm/$$folder/pom.xml dependency:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS))/$$folder || exit 1; \
+	done
+	@du -sh $(JARS)/spark $(JARS)/broker
+	@touch $(JARSTAMP)
 
-demo: $(STAMP) ## set up, then run the main job on the embedded local default
+setup: $(STAMP) $(JARSTAMP) ## create .venv, install the pinned Python packages and fetch the pinned jars
+
+demo: $(STAMP) $(JARSTAMP) ## set up, then run the main job on the embedded local default
 	$(BIN)/python -m controlplane demo --config conf/demo.yaml
 
 replay-sample: $(STAMP) ## replay the sample events in conf/ through the group and quota cores
@@ -34,16 +50,16 @@ lint: $(STAMP) ## ruff, mypy and the import contracts that keep the core pure
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) lint ## set up, lint, then run every test (unit, property, Spark)
+test: $(STAMP) $(JARSTAMP) lint ## set up, lint, then run every test (unit, property, Spark)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP) ## the tests that need no JVM
 	$(BIN)/python -m pytest -q -m "not spark"
 
-test-spark: $(STAMP) ## only the Spark integration tests
+test-spark: $(STAMP) $(JARSTAMP) ## only the Spark integration tests
 	$(BIN)/python -m pytest -q -m spark
 
-bench: $(STAMP) ## benchmarks that print figures (see docs/benchmarks.md)
+bench: $(STAMP) $(JARSTAMP) ## benchmarks that print figures (see docs/benchmarks.md)
 	$(BIN)/python bench/run.py
 
 clean: ## remove build and run outputs (keeps .venv)

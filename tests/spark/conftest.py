@@ -30,7 +30,9 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from controlplane.engine.session import build_local_session
 
-    session = build_local_session("controlplane-tests", shuffle_partitions=2)
+    # The pinned jars (make setup) are required: the native Delta writer, Spark SQL over the
+    # tables and the Kafka source are tested here, not skipped.
+    session = build_local_session("controlplane-tests", shuffle_partitions=2, require_jars=True)
     yield session
     for query in session.streams.active:
         query.stop()

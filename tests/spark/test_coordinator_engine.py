@@ -75,7 +75,7 @@ def replay(events: Path, out: Path) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def event_time_options(tmp_path: Path, keying: Keying) -> EngineOptions:
+def event_time_options(tmp_path: Path, keying: Keying, writer: str = "delta-rs") -> EngineOptions:
     return EngineOptions(
         mode=TimeMode.EVENT_TIME,
         watermark_delay_ms=60_000,
@@ -83,7 +83,7 @@ def event_time_options(tmp_path: Path, keying: Keying) -> EngineOptions:
         shards=4,
         checkpoint_root=str(tmp_path / "checkpoints"),
         tables_root=str(tmp_path / "tables"),
-        writer="delta-rs",
+        writer=writer,
         coordinator_source=SourceOptions(
             format="jsonl",
             path=str(tmp_path / "landing"),
@@ -110,9 +110,14 @@ def events_with_final_tick(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("keying", [Keying.GROUP, Keying.SHARD])
-def test_event_time_engine_equals_the_replay(spark: Any, tmp_path: Path, keying: Keying) -> None:
-    options = event_time_options(tmp_path, keying)
+@pytest.mark.parametrize(
+    ("keying", "writer"),
+    [(Keying.GROUP, "delta-rs"), (Keying.SHARD, "delta-rs"), (Keying.SHARD, "native")],
+)
+def test_event_time_engine_equals_the_replay(
+    spark: Any, tmp_path: Path, keying: Keying, writer: str
+) -> None:
+    options = event_time_options(tmp_path, keying, writer)
     events = events_with_final_tick(tmp_path)
     expected = replay(events, tmp_path / "replay")
     run_to_end(

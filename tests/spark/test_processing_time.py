@@ -52,7 +52,9 @@ def request(kind: str, event_id: str, group: str, member: str, generation: int) 
     return event
 
 
-def options_for(tmp_path: Path, *, failover_gap_ms: int = 30_000) -> EngineOptions:
+def options_for(
+    tmp_path: Path, *, failover_gap_ms: int = 30_000, writer: str = "delta-rs"
+) -> EngineOptions:
     return EngineOptions(
         trigger_interval_ms=500,
         keying=Keying.SHARD,
@@ -60,7 +62,7 @@ def options_for(tmp_path: Path, *, failover_gap_ms: int = 30_000) -> EngineOptio
         failover_gap_ms=failover_gap_ms,
         checkpoint_root=str(tmp_path / "checkpoints"),
         tables_root=str(tmp_path / "tables"),
-        writer="delta-rs",
+        writer=writer,
         coordinator_source=SourceOptions(
             format="jsonl", path=str(tmp_path / "landing"), clean_source=CleanSource.DELETE
         ),
@@ -136,10 +138,15 @@ def test_a_silent_member_is_removed_and_the_group_rebalances(spark: Any, tmp_pat
         query.stop()
 
 
+WRITERS = {"delta-rs": sinks.DeltaRsWriter, "native": sinks.NativeDeltaWriter}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
 def test_restart_between_batches_and_mid_batch_loses_and_duplicates_nothing(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
 ) -> None:
-    options = options_for(tmp_path)
+    options = options_for(tmp_path, writer=writer)
+    writer_class: Any = WRITERS[writer]
     tables, landing = Path(options.tables_root), tmp_path / "landing"
     query = start(spark, options)
     try:
@@ -151,7 +158,7 @@ def test_restart_between_batches_and_mid_batch_loses_and_duplicates_nothing(
     # Between batches: events land while the job is down.
     drop_events(landing, [join("b1", "gc")])
     # Mid-batch: the next batch crashes after writing decisions, before group_events.
-    real_write = sinks.DeltaRsWriter.write
+    real_write = writer_class.write
     crashed: list[int] = []
 
     def crash_once(self: Any, table: str, rows: Any, batch_id: int) -> bool:
@@ -160,12 +167,12 @@ def test_restart_between_batches_and_mid_batch_loses_and_duplicates_nothing(
             raise RuntimeError("simulated crash mid-batch")
         return real_write(self, table, rows, batch_id)
 
-    monkeypatch.setattr(sinks.DeltaRsWriter, "write", crash_once)
+    monkeypatch.setattr(writer_class, "write", crash_once)
     query = start(spark, options)
     with pytest.raises(Exception, match="simulated crash"):
         query.awaitTermination(300)
     assert crashed
-    monkeypatch.setattr(sinks.DeltaRsWriter, "write", real_write)
+    monkeypatch.setattr(writer_class, "write", real_write)
     query = start(spark, options)
     try:
         decision(tables, "b1", query)

@@ -2,6 +2,10 @@
 
 Settings that the checkpoint freezes (state store provider, number of state partitions) are
 chosen here once; changing them needs a new checkpoint (docs/engine.md, "State store").
+
+The project's pinned jars (``.venv/jars/spark``: delta-spark and Spark's Kafka connector, see
+``controlplane.jvm``) go on ``spark.jars`` with Delta's SQL extension and catalog, so a local
+session reads and writes ``format("delta")`` and ``format("kafka")`` like a Databricks one.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import logging
 import os
 import sys
 from typing import Any
+
+from controlplane.jvm import SPARK_JARS, MissingJvm, jar_paths, jars_root
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +31,25 @@ STATE_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
 
+DELTA_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def jar_conf(require: bool) -> dict[str, str]:
+    """``spark.jars`` and Delta's extension when the pinned jars are there. ``require`` turns
+    their absence into an error (a test or a job that asked for native Delta or Kafka); else
+    the session starts without them and says so once."""
+    jars = jar_paths(SPARK_JARS)
+    if not jars:
+        message = f"no Spark jars in {jars_root() / SPARK_JARS}: run `make setup`"
+        if require:
+            raise MissingJvm(f"this session needs Delta and Kafka for Spark; {message}")
+        log.warning("%s (no native Delta, no Kafka source in this session)", message)
+        return {}
+    return {"spark.jars": ",".join(str(jar) for jar in jars), **DELTA_CONF}
+
 
 def build_local_session(
     app_name: str = "controlplane",
@@ -32,6 +57,7 @@ def build_local_session(
     shuffle_partitions: int = 4,
     master: str = "local[2]",
     extra_conf: dict[str, str] | None = None,
+    require_jars: bool = False,
 ) -> Any:
     """A local session for jobs, tests and benchmarks. Workers use this interpreter."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -48,7 +74,7 @@ def build_local_session(
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     )
-    for key, value in {**STATE_CONF, **(extra_conf or {})}.items():
+    for key, value in {**STATE_CONF, **jar_conf(require_jars), **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -1,34 +1,41 @@
 """Delta sinks, exactly once per micro-batch.
 
-Two adapters behind one interface (``BatchWriter``):
+Two adapters behind one interface (``BatchWriter``), tested on the same tables:
 
-* ``DeltaRsWriter`` (local, CI): delta-rs with app transactions. delta-rs records
-  ``(app_id, batch_id)`` but does not skip a repeated one, so every write first reads
-  ``transaction_version(app_id)`` and skips a batch at or below it. One query is the only writer
-  of its ``app_id``, so check-then-commit is safe.
-* ``NativeDeltaWriter`` (Databricks, or any session with delta-spark): ``format("delta")`` with
-  ``txnAppId``/``txnVersion``, which Delta itself deduplicates. UNVERIFIED LOCALLY: this
-  machine cannot fetch the delta-spark jars.
+* ``NativeDeltaWriter`` (Databricks, and any session with the project's delta-spark jars):
+  ``format("delta")`` appends with ``txnAppId``/``txnVersion``, which Delta deduplicates, and the
+  ``groups`` MERGE with the same ids as session confs, set for the MERGE only.
+* ``DeltaRsWriter`` (a session without Delta, the Spark-free CLI): delta-rs with app
+  transactions. delta-rs records ``(app_id, batch_id)`` but does not skip a repeated one, so
+  every write first reads ``transaction_version(app_id)`` and skips a batch at or below it. One
+  query is the only writer of its ``app_id``, so check-then-commit is safe.
 
-``choose_writer`` picks one automatically and logs the choice.
+Both create a table with the same properties (``table_properties``) and keep to the table
+features both can read and write (docs/engine.md, "Two writers, one table format"). Both run
+the ``groups`` MERGE again, a bounded number of times, when a concurrent commit (a compaction)
+wins the race. ``choose_writer`` picks one and logs the choice.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
+from pyspark.sql.types import BooleanType, StructField, StructType
 
 from controlplane.engine.schemas import TABLES, arrow_schema
 
 log = logging.getLogger(__name__)
 
-APPEND_ONLY = {"delta.appendOnly": "true"}
 MERGED_TABLES = frozenset({"groups"})
+# Features the native writer turns off explicitly, as Databricks may enable them by default on
+# new tables: delta-rs 1.6 cannot append to a table with row tracking and does not write
+# deletion vectors. (delta-rs never enables them, and refuses to be given these properties.)
+NATIVE_ONLY = {"delta.enableDeletionVectors": "false", "delta.enableRowTracking": "false"}
 MERGE_ATTEMPTS = 5
 MERGE_RETRY_BACKOFF_S = 0.2  # times the attempt number
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
@@ -49,6 +56,48 @@ def to_arrow(table: str, rows: Sequence[Row]) -> pa.Table:
     """Rows (JSON-like dicts) as an Arrow table with the table's schema; unknown keys dropped."""
     schema = arrow_schema(TABLES[table])
     return pa.Table.from_pylist([dict(row) for row in rows], schema=schema)
+
+
+def table_properties(table: str) -> dict[str, str]:
+    """What both writers set when they create a table: appended tables are append-only (a
+    DELETE or UPDATE on an audit table fails), ``groups`` records its changes (change data
+    feed)."""
+    if table in MERGED_TABLES:
+        return {"delta.enableChangeDataFeed": "true"}
+    return {"delta.appendOnly": "true"}
+
+
+def merge_retrying(
+    merge: Callable[[], None],
+    conflicts: tuple[type[BaseException], ...],
+    table: str,
+    batch_id: int,
+) -> None:
+    """A MERGE reads the table before it commits: a compaction (the maintenance job) that
+    commits in between makes the commit fail. Nothing was written then, so the MERGE runs
+    again on the new snapshot, a few times, before the batch (and the query) fails."""
+    for attempt in range(1, MERGE_ATTEMPTS + 1):
+        try:
+            merge()
+            return
+        except conflicts as exc:
+            if attempt == MERGE_ATTEMPTS:
+                raise
+            log.warning(
+                "%s: MERGE of batch %d lost a commit race (%s); attempt %d of %d",
+                table,
+                batch_id,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                attempt + 1,
+                MERGE_ATTEMPTS,
+            )
+            time.sleep(MERGE_RETRY_BACKOFF_S * attempt)
+
+
+def with_deleted(table: str, rows: Sequence[Row]) -> pa.Table:
+    """A MERGE's source: the rows plus the ``deleted`` flag that says to delete the group."""
+    flags = pa.array([bool(row.get("deleted")) for row in rows], pa.bool_())
+    return to_arrow(table, rows).append_column("deleted", flags)
 
 
 def latest_per_group(rows: Sequence[Row]) -> list[Row]:
@@ -105,32 +154,16 @@ class DeltaRsWriter:
             self.path(table),
             to_arrow(table, rows),
             mode="append",
-            configuration=APPEND_ONLY,
+            configuration=table_properties(table),
             commit_properties=self._commit(batch_id),
         )
 
     def _merge_retrying(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
-        """A MERGE reads the table before it commits: a compaction (the maintenance job) that
-        commits in between makes the commit fail. Nothing was written then, so the MERGE runs
-        again on the new snapshot, a few times, before the batch (and the query) fails."""
         from deltalake.exceptions import CommitFailedError
 
-        for attempt in range(1, MERGE_ATTEMPTS + 1):
-            try:
-                self._merge(table, rows, batch_id)
-                return
-            except CommitFailedError as exc:
-                if attempt == MERGE_ATTEMPTS:
-                    raise
-                log.warning(
-                    "%s: MERGE of batch %d lost a commit race (%s); attempt %d of %d",
-                    table,
-                    batch_id,
-                    exc,
-                    attempt + 1,
-                    MERGE_ATTEMPTS,
-                )
-                time.sleep(MERGE_RETRY_BACKOFF_S * attempt)
+        merge_retrying(
+            lambda: self._merge(table, rows, batch_id), (CommitFailedError,), table, batch_id
+        )
 
     def _open(self, table: str) -> Any:
         """The table's latest snapshot (what a MERGE reads before it commits)."""
@@ -141,9 +174,7 @@ class DeltaRsWriter:
     def _merge(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
         from deltalake import DeltaTable, write_deltalake
 
-        source = to_arrow(table, rows).append_column(
-            "deleted", pa.array([bool(row.get("deleted")) for row in rows], pa.bool_())
-        )
+        source = with_deleted(table, rows)
         if not DeltaTable.is_deltatable(self.path(table)):
             self.root.mkdir(parents=True, exist_ok=True)
             live = source.filter(pa.compute.invert(source["deleted"])).drop_columns(["deleted"])
@@ -151,7 +182,7 @@ class DeltaRsWriter:
                 self.path(table),
                 live,
                 mode="append",
-                configuration={"delta.enableChangeDataFeed": "true"},
+                configuration=table_properties(table),
                 commit_properties=self._commit(batch_id),
             )
             return
@@ -173,51 +204,91 @@ class DeltaRsWriter:
         )
 
 
-class NativeDeltaWriter:  # pragma: no cover - needs delta-spark (Databricks); unverified locally
-    """format("delta") with txnAppId/txnVersion; MERGE with the session's txn confs."""
+class NativeDeltaWriter:
+    """``format("delta")`` with txnAppId/txnVersion; the ``groups`` MERGE with the session's txn
+    confs. The writer has a session of its own (``newSession``: same SparkContext, its own SQL
+    conf), so the MERGE's confs never leak into another query's writes on the same driver."""
 
     kind = "native"
 
     def __init__(self, spark: Any, tables_root: str, app_id: str) -> None:
-        self.spark = spark
-        self.root = tables_root.rstrip("/")
+        self.spark = spark.newSession()
+        self.root = str(tables_root).rstrip("/")
         self.app_id = app_id
+        self._created: set[str] = set()
+
+    def path(self, table: str) -> str:
+        return f"{self.root}/{table}"
 
     def write(self, table: str, rows: Sequence[Row], batch_id: int) -> bool:
         if not rows:
             return False
+        self.create(table)
         if table in MERGED_TABLES:
-            rows = latest_per_group(rows)
-        arrow = to_arrow(table, rows)
-        frame = self.spark.createDataFrame(arrow.to_pandas(), schema=TABLES[table])
-        path = f"{self.root}/{table}"
-        if table not in MERGED_TABLES:
-            (
-                frame.write.format("delta")
-                .mode("append")
-                .option("txnAppId", self.app_id)
-                .option("txnVersion", batch_id)
-                .save(path)
-            )
+            self._merge_retrying(table, latest_per_group(rows), batch_id)
             return True
+        frame = self.spark.createDataFrame(to_arrow(table, rows).to_pandas(), schema=TABLES[table])
+        (
+            frame.write.format("delta")
+            .mode("append")
+            .option("txnAppId", self.app_id)
+            .option("txnVersion", batch_id)
+            .save(self.path(table))
+        )
+        return True
+
+    def create(self, table: str) -> None:
+        """Create the table (once per writer) with ``table_properties``: an existing table is
+        left as it is."""
+        if table in self._created:
+            return
         from delta.tables import DeltaTable
 
-        deleted = self.spark.createDataFrame(
-            [(str(r["group_id"]), bool(r.get("deleted"))) for r in rows],
-            "group_id string, deleted boolean",
+        builder = (
+            DeltaTable.createIfNotExists(self.spark)
+            .location(self.path(table))
+            .addColumns(TABLES[table])
         )
-        source = frame.join(deleted, "group_id")
-        if not DeltaTable.isDeltaTable(self.spark, path):
-            source.filter("NOT deleted").drop("deleted").write.format("delta").save(path)
-            return True
-        values: dict[str, Any] = {str(name): f"s.{name}" for name in frame.columns}
+        for key, value in {**table_properties(table), **NATIVE_ONLY}.items():
+            builder = builder.property(key, value)
+        builder.execute()
+        self._created.add(table)
+
+    def _merge_retrying(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
+        from delta.exceptions import (
+            ConcurrentAppendException,
+            ConcurrentDeleteDeleteException,
+            ConcurrentDeleteReadException,
+            ConcurrentTransactionException,
+            MetadataChangedException,
+            ProtocolChangedException,
+        )
+
+        conflicts = (
+            ConcurrentAppendException,
+            ConcurrentDeleteReadException,
+            ConcurrentDeleteDeleteException,
+            ConcurrentTransactionException,
+            MetadataChangedException,
+            ProtocolChangedException,
+        )
+        source = self.spark.createDataFrame(
+            with_deleted(table, rows).to_pandas(),
+            schema=StructType([*TABLES[table].fields, StructField("deleted", BooleanType(), True)]),
+        )
+        merge_retrying(lambda: self._merge(table, source, batch_id), conflicts, table, batch_id)
+
+    def _merge(self, table: str, source: Any, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        values: dict[str, Any] = {name: f"s.{name}" for name in TABLES[table].fieldNames()}
         # MERGE takes its idempotence id from session confs only; Delta applies them to every
         # later write of the session until they are unset, so they are unset at once.
         self.spark.conf.set(TXN_APP_ID_CONF, self.app_id)
         self.spark.conf.set(TXN_VERSION_CONF, str(batch_id))
         try:
             (
-                DeltaTable.forPath(self.spark, path)
+                DeltaTable.forPath(self.spark, self.path(table))
                 .alias("t")
                 .merge(source.alias("s"), "t.group_id = s.group_id")
                 .whenMatchedDelete("s.deleted")
@@ -228,7 +299,6 @@ class NativeDeltaWriter:  # pragma: no cover - needs delta-spark (Databricks); u
         finally:
             self.spark.conf.unset(TXN_APP_ID_CONF)
             self.spark.conf.unset(TXN_VERSION_CONF)
-        return True
 
 
 def choose_writer(spark: Any, tables_root: str, app_id: str, preference: str = "auto") -> Any:

@@ -1,0 +1,237 @@
+"""The native Delta writer on local Spark with the pinned delta-spark jars, and the two writers
+on each other's tables: exactly once per (app id, batch id), the ``groups`` MERGE with its
+idempotence confs and its retry on a lost commit race, the same table properties, and tables
+that either side reads and writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from controlplane.io.sinks import (
+    TXN_APP_ID_CONF,
+    DeltaRsWriter,
+    NativeDeltaWriter,
+    choose_writer,
+    table_properties,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def decision(event_id: str, batch_id: int) -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "group_id": "g",
+        "type": "heartbeat",
+        "member_id": "m",
+        "error_code": 0,
+        "error": "NONE",
+        "offsets": [{"topic": "t", "partition": 0, "offset": 5, "metadata": None, "error_code": 0}],
+        "decided_at_ms": 10,
+        "batch_id": batch_id,
+        "processed_at_ms": 99,
+    }
+
+
+def group(
+    group_id: str, state: str, *, deleted: bool = False, generation: int = 1
+) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "group_state": state,
+        "generation_id": generation,
+        "members": [{"member_id": "m", "client_id": "c", "client_host": "h", "offline": False}],
+        "updated_at_ms": 5,
+        "deleted": deleted,
+        "batch_id": 0,
+        "processed_at_ms": 0,
+    }
+
+
+def spark_rows(spark: Any, path: Path) -> list[dict[str, Any]]:
+    return [
+        row.asDict(recursive=True) for row in spark.read.format("delta").load(str(path)).collect()
+    ]
+
+
+def rs_rows(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return rows
+
+
+def properties(spark: Any, path: Path) -> dict[str, str]:
+    rows = spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+    return {row["key"]: row["value"] for row in rows if row["key"].startswith("delta.")}
+
+
+def test_appends_are_written_once_per_app_id_and_batch(spark: Any, tmp_path: Path) -> None:
+    writer = NativeDeltaWriter(spark, str(tmp_path), "app-1")
+    assert writer.write("decisions", [decision("a", 0)], 0)
+    assert writer.write("decisions", [decision("b", 1)], 1)
+    writer.write("decisions", [decision("b", 1)], 1)  # replay after a crash: Delta skips it
+    writer.write("decisions", [decision("a", 0)], 0)
+    NativeDeltaWriter(spark, str(tmp_path), "app-2").write("decisions", [decision("c", 0)], 0)
+    assert sorted(r["event_id"] for r in spark_rows(spark, tmp_path / "decisions")) == [
+        "a",
+        "b",
+        "c",
+    ]
+    assert not writer.write("decisions", [], 2)
+    assert rs_rows(tmp_path / "decisions")[0]["offsets"][0]["offset"] == 5
+
+
+def test_the_groups_merge_inserts_updates_deletes_and_skips_a_replayed_batch(
+    spark: Any, tmp_path: Path
+) -> None:
+    writer = NativeDeltaWriter(spark, str(tmp_path), "app")
+    writer.write("groups", [group("g1", "Stable"), group("g2", "Empty")], 0)
+    # A key called twice in a batch: the last row wins; a deleted group goes away.
+    writer.write(
+        "groups",
+        [group("g1", "PreparingRebalance"), group("g1", "Stable", generation=2)],
+        1,
+    )
+    writer.write(
+        "groups", [group("g2", "Dead", deleted=True), group("g3", "Dead", deleted=True)], 2
+    )
+    state = {
+        r["group_id"]: (r["group_state"], r["generation_id"]) for r in rs_rows(tmp_path / "groups")
+    }
+    assert state == {"g1": ("Stable", 2)}
+    # Batch 1 again (a replay after a crash): the MERGE's txn confs make Delta skip it.
+    writer.write("groups", [group("g1", "Empty", generation=9)], 1)
+    assert [r["generation_id"] for r in spark_rows(spark, tmp_path / "groups")] == [2]
+    # The confs were set on the writer's own session, and unset after the MERGE.
+    assert spark.conf.get(TXN_APP_ID_CONF, None) is None
+    assert writer.spark.conf.get(TXN_APP_ID_CONF, None) is None
+
+
+@pytest.mark.parametrize("table", ["decisions", "groups"])
+def test_both_writers_create_tables_with_the_same_properties(
+    spark: Any, tmp_path: Path, table: str
+) -> None:
+    row = group("g1", "Stable") if table == "groups" else decision("a", 0)
+    NativeDeltaWriter(spark, str(tmp_path / "native"), "app").write(table, [row], 0)
+    DeltaRsWriter(tmp_path / "rs", "app").write(table, [row], 0)
+    native, rs = (
+        properties(spark, tmp_path / "native" / table),
+        properties(spark, tmp_path / "rs" / table),
+    )
+    for key, value in table_properties(table).items():
+        assert native.get(key) == value, (key, native)
+        assert rs.get(key) == value, (key, rs)
+    for side in (tmp_path / "native" / table, tmp_path / "rs" / table):
+        protocol = DeltaTable(str(side)).protocol()
+        assert not protocol.writer_features, protocol  # only legacy protocol versions
+        assert not protocol.reader_features, protocol
+
+
+def test_an_appended_table_refuses_a_delete(spark: Any, tmp_path: Path) -> None:
+    NativeDeltaWriter(spark, str(tmp_path), "app").write("decisions", [decision("a", 0)], 0)
+    with pytest.raises(Exception, match=r"(?i)append"):
+        spark.sql(f"DELETE FROM delta.`{tmp_path / 'decisions'}`")
+
+
+def test_groups_records_its_changes(spark: Any, tmp_path: Path) -> None:
+    writer = NativeDeltaWriter(spark, str(tmp_path), "app")
+    writer.write("groups", [group("g1", "Stable")], 0)
+    writer.write("groups", [group("g1", "Dead", deleted=True)], 1)
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(str(tmp_path / "groups"))
+        .select("group_id", "_change_type")
+        .collect()
+    )
+    assert {(r["group_id"], r["_change_type"]) for r in changes} >= {
+        ("g1", "insert"),
+        ("g1", "delete"),
+    }
+
+
+@pytest.mark.parametrize("first", ["native", "delta-rs"])
+def test_a_table_written_by_one_writer_is_read_and_written_by_the_other(
+    spark: Any, tmp_path: Path, first: str
+) -> None:
+    native = NativeDeltaWriter(spark, str(tmp_path), "native-app")
+    rs = DeltaRsWriter(tmp_path, "rs-app")
+    one, other = (native, rs) if first == "native" else (rs, native)
+    one.write("decisions", [decision("a", 0)], 0)
+    one.write("groups", [group("g1", "Stable"), group("g2", "Stable")], 0)
+    other.write("decisions", [decision("b", 0)], 0)
+    other.write("groups", [group("g1", "Dead", deleted=True), group("g3", "Empty")], 0)
+    for read in (lambda t: spark_rows(spark, tmp_path / t), lambda t: rs_rows(tmp_path / t)):
+        assert sorted(r["event_id"] for r in read("decisions")) == ["a", "b"]
+        assert sorted(r["group_id"] for r in read("groups")) == ["g2", "g3"]
+
+
+class RacedByACompaction(NativeDeltaWriter):
+    """While the MERGE scans its source (a Python UDF, in a worker), another process commits to
+    the target with delta-rs, ``races`` times: a real Delta commit conflict, not a faked one."""
+
+    def __init__(self, spark: Any, root: Path, races: int) -> None:
+        super().__init__(spark, str(root), "app")
+        self.marker = root / "races-left"
+        self.marker.write_text(str(races))
+        self.attempts = 0
+
+    def _merge(self, table: str, source: Any, batch_id: int) -> None:
+        from pyspark.sql.functions import col, udf
+
+        self.attempts += 1
+        target, marker = self.path(table), str(self.marker)
+
+        def commit_under_the_merge(group_id: str) -> bool:
+            from pathlib import Path as WorkerPath
+
+            from deltalake import write_deltalake
+
+            from controlplane.io.sinks import to_arrow
+
+            left = int(WorkerPath(marker).read_text())
+            if left > 0:
+                WorkerPath(marker).write_text(str(left - 1))
+                row = {"group_id": f"other-{left}", "group_state": "Empty", "members": []}
+                write_deltalake(target, to_arrow("groups", [row]), mode="append")
+            return True
+
+        racing = udf(commit_under_the_merge, "boolean").asNondeterministic()
+        super()._merge(table, source.filter(racing(col("group_id"))), batch_id)
+
+
+def test_a_merge_that_loses_a_commit_race_runs_again(spark: Any, tmp_path: Path) -> None:
+    writer = RacedByACompaction(spark, tmp_path, races=0)
+    writer.write("groups", [group("g1", "Stable")], 0)
+    writer.marker.write_text("2")
+    writer.attempts = 0
+    assert writer.write("groups", [group("g1", "Dead", deleted=True), group("g2", "Stable")], 1)
+    assert writer.attempts == 3  # lost twice, then committed
+    assert sorted(r["group_id"] for r in rs_rows(tmp_path / "groups")) == [
+        "g2",
+        "other-1",
+        "other-2",
+    ]
+
+
+def test_a_merge_that_keeps_losing_fails_the_batch(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("controlplane.io.sinks.MERGE_RETRY_BACKOFF_S", 0.0)
+    writer = RacedByACompaction(spark, tmp_path, races=0)
+    writer.write("groups", [group("g1", "Stable")], 0)
+    writer.marker.write_text("100")
+    writer.attempts = 0
+    with pytest.raises(Exception, match=r"(?i)concurrent"):
+        writer.write("groups", [group("g1", "Dead", deleted=True)], 1)
+    assert writer.attempts == 5
+    assert "g1" in {r["group_id"] for r in rs_rows(tmp_path / "groups")}  # nothing of batch 1
+
+
+def test_auto_means_native_in_a_session_with_delta(spark: Any, tmp_path: Path) -> None:
+    assert choose_writer(spark, str(tmp_path), "app", "auto").kind == "native"
+    assert choose_writer(spark, str(tmp_path), "app", "delta-rs").kind == "delta-rs"
