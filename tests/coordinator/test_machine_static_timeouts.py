@@ -260,6 +260,7 @@ def test_an_offline_member_replaced_by_a_new_member_id_takes_its_deadline_with_i
     assert_join_ok(back, generation=1, leader=c)
     assert_sync(h.sync(back.member_id, 1, iid="a"), Errors.NONE, "YQ==")
     h.assert_state(STABLE, 1, members={c, back.member_id, b})
+    assert a not in h.member_ids()  # replaced
     assert h.member(back.member_id).offline_since_ms is None
     assert h.timer(TimerKind.REGISTRATION) == 93 * SECOND_MS
     while h.now_ms + 5 * SECOND_MS < 93 * SECOND_MS:
@@ -348,6 +349,7 @@ def test_an_offline_leader_returning_with_a_new_member_id_gets_its_cached_assign
     assert_sync(h.sync(n, 1, iid=LEADER_IID), Errors.NONE, "AQ==")
     assert h.events_of(EventKind.REBALANCE_STARTED)[started:] == []
     h.assert_state(STABLE, 1, members={n, follower}, leader=n)
+    assert leader not in h.member_ids()  # replaced
 
 
 # -- §14.2: a member parked by the countdown may leave -----------------------------------------
@@ -373,7 +375,7 @@ def test_the_only_parked_member_leaving_cancels_the_countdown() -> None:
     assert h.timer(TimerKind.EXPANSION) == 10_000 + MINUTE_MS
     h.advance_to(20_000)
     started = len(h.events_of(EventKind.REBALANCE_STARTED))
-    assert h.leave([("", "a")]).ok().member_results == left_none("a")
+    assert h.leave([("", "a")]).ok().member_results == _left_none("a")
     assert_join_error(parked, Errors.UNKNOWN_MEMBER_ID, member_id="")
     assert h.timer(TimerKind.EXPANSION) is None
     h.assert_state(STABLE, 1, members={x})
@@ -396,7 +398,7 @@ def test_a_parked_member_leaving_is_not_taken_in_the_others_are() -> None:
     h.advance_to(20_000)
     b = h.join(iid="b", session_ms=SESSION_MS, rebalance_ms=SESSION_MS)
     h.advance_to(30_000)
-    assert h.leave([("", "a")]).ok().member_results == left_none("a")
+    assert h.leave([("", "a")]).ok().member_results == _left_none("a")
     assert_join_error(a, Errors.UNKNOWN_MEMBER_ID, member_id="")
     assert b.parked
     h.assert_state(STABLE, 1, members={x})
@@ -412,5 +414,5 @@ def test_a_parked_member_leaving_is_not_taken_in_the_others_are() -> None:
     assert_join_ok(b, generation=2, leader=x)
 
 
-def left_none(iid: str) -> tuple[MemberResult, ...]:
+def _left_none(iid: str) -> tuple[MemberResult, ...]:
     return (MemberResult("", iid, Errors.NONE.code),)

@@ -120,7 +120,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         call = self.h.leave([("", iid)] if by_instance else [(member.member_id, iid)])
         results = call.ok().member_results or ()
         assert [r.error_code for r in results] == [Errors.NONE.code]
-        assert self.h.group is not None and self.h.group.member(member.member_id) is None
+        assert self.h.group is not None
+        assert self.h.group.member(member.member_id) is None
 
     @rule(data=st.data())
     def commit(self, data: st.DataObject) -> None:
