@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator import machine
 from controlplane.core.coordinator.records import EventKind
-from controlplane.core.coordinator.state import GroupPhase, TimerKind
+from controlplane.core.coordinator.state import GroupPhase, Member, TimerKind
 from controlplane.core.errors import Errors
 from support.harness import ENV, RB, RR, CoordinatorHarness, R
 
@@ -107,6 +107,22 @@ class CoordinatorMachine(RuleBasedStateMachine):
         else:
             self.h.leave([(self._pick(data), None)])
 
+    def _offline(self) -> list[Member]:
+        members = self.h.group.members if self.h.group else ()
+        return [m for m in members if m.offline_since_ms is not None]
+
+    @precondition(lambda self: self._offline())
+    @rule(data=st.data(), by_instance=st.booleans())
+    def remove_offline_member(self, data: st.DataObject, by_instance: bool) -> None:
+        """KIP-345's administrative removal, of a member offline (§14.1)."""
+        member = data.draw(st.sampled_from(self._offline()))
+        iid = member.group_instance_id
+        call = self.h.leave([("", iid)] if by_instance else [(member.member_id, iid)])
+        results = call.ok().member_results or ()
+        assert [r.error_code for r in results] == [Errors.NONE.code]
+        assert self.h.group is not None
+        assert self.h.group.member(member.member_id) is None
+
     @rule(data=st.data())
     def commit(self, data: st.DataObject) -> None:
         if data.draw(st.booleans()):
@@ -169,10 +185,37 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     @invariant()
     def at_most_one_member_per_instance_id(self) -> None:
+        """Members and members parked by the expansion countdown (§14.2) together."""
         if self.h.group is None:
             return
-        iids = [m.group_instance_id for m in self.h.state.members if m.group_instance_id]
-        assert len(iids) == len(set(iids))
+        group = self.h.state
+        iids = [m.group_instance_id for m in (*group.members, *group.expansion_queue)]
+        assert None not in iids[len(group.members) :], "only static members are parked"
+        named = [iid for iid in iids if iid is not None]
+        assert len(named) == len(set(named))
+
+    @invariant()
+    def the_registration_deadline_belongs_to_a_member_offline_now(self) -> None:
+        """§14.1: the earliest offline_since_ms among the members offline now, plus the timeout;
+        no registration timer while no member is offline."""
+        if self.h.group is None:
+            return
+        timeout_ms = self.config.group_static_registration_timeout_ms
+        offline = [
+            m.offline_since_ms for m in self.h.state.members if m.offline_since_ms is not None
+        ]
+        expected = None
+        if offline and timeout_ms is not None:
+            expected = min(offline) + timeout_ms
+        assert self.h.timer(TimerKind.REGISTRATION) == expected
+
+    @invariant()
+    def the_expansion_countdown_runs_while_a_member_is_parked(self) -> None:
+        """§14.2: a countdown has a parked member to take in, and a parked member a countdown."""
+        if self.h.group is None:
+            return
+        counting = self.h.timer(TimerKind.EXPANSION) is not None
+        assert counting == bool(self.h.state.expansion_queue)
 
     @invariant()
     def the_generation_never_decreases(self) -> None:

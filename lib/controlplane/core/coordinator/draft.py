@@ -8,6 +8,7 @@ member add/remove, transitions, keyed timers, and the rows the step emits.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from enum import Enum
 from operator import attrgetter, is_
@@ -28,6 +29,7 @@ from controlplane.core.coordinator.state import (
     TimerKind,
     make_group,
     make_timer,
+    registration_deadline_ms,
 )
 from controlplane.core.errors import Errors
 
@@ -389,9 +391,50 @@ class Draft:
         self.pending_sync.pop(member_id, None)
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
+        if member.offline_since_ms is not None:
+            self.follow_registration_deadline()
         self.emit(
             EventKind.MEMBER_REMOVED,
             member_id=member_id,
             group_instance_id=member.group_instance_id,
             reason=reason,
         )
+
+    # -- §14 extensions: offline static members, members parked by the countdown ----------------
+
+    def set_offline(self, member: Member, since_ms: int | None) -> Member:
+        """§14.1: the member is offline since ``since_ms``, or back (None)."""
+        changed = dataclasses.replace(member, offline_since_ms=since_ms)
+        self.members[member.member_id] = changed
+        self.follow_registration_deadline()
+        return changed
+
+    def follow_registration_deadline(self) -> None:
+        """§14.1: the registration timer is due at the earliest ``offline_since_ms`` among the
+        members offline now plus the timeout, and exists only while one is offline. Every change
+        to that set (``set_offline``, ``remove_member``: leave, max-size refusal, the timeout
+        itself) calls this, so a deadline never outlives its member. An unchanged deadline keeps
+        its timer (and its place among equal deadlines)."""
+        timeout_ms = self.config.group_static_registration_timeout_ms
+        deadline_ms = registration_deadline_ms(self.members.values(), timeout_ms)
+        if deadline_ms is None:
+            self.cancel(TimerKind.REGISTRATION)
+            return
+        current = self.timers.get((TimerKind.REGISTRATION, ""))
+        if current is None or current.deadline_ms != deadline_ms:
+            self.schedule_at(TimerKind.REGISTRATION, "", deadline_ms)
+
+    def park(self, member: Member) -> None:
+        """§14.2: hold a new static member's join; the first one parked starts the countdown."""
+        self.expansion_queue[member.member_id] = member
+        timeout_ms = self.config.group_static_expansion_timeout_ms
+        if timeout_ms is not None and (TimerKind.EXPANSION, "") not in self.timers:
+            self.schedule(TimerKind.EXPANSION, "", timeout_ms)
+
+    def unpark(self, member_id: str) -> Member:
+        """§14.2: take a member out of the queue (taken in, fenced or gone); the countdown ends
+        with the last one, so it never runs without a parked member."""
+        member = self.expansion_queue.pop(member_id)
+        if not self.expansion_queue:
+            self.cancel(TimerKind.EXPANSION)
+        return member

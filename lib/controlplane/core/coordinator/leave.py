@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controlplane.core.coordinator import answers
+from controlplane.core.coordinator import answers, static
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.membership import validate_member
 from controlplane.core.coordinator.rebalance import (
@@ -47,34 +47,36 @@ def handle_leave(d: Draft, request: LeaveGroup) -> None:
             )
         )
         return
-    results = tuple(_leave_one(d, identity) for identity in identities(request))
-    leave_answer(d, request, results)
-    if any(r.error_code == Errors.NONE for r in results):
+    left = False  # a member or pending id left (a parked member leaving starts nothing)
+    results: list[MemberResult] = []
+    for identity in identities(request):
+        error, removed = _remove(d, identity.member_id, identity.group_instance_id)
+        results.append(MemberResult(identity.member_id, identity.group_instance_id, error.code))
+        left = left or removed
+    leave_answer(d, request, tuple(results))
+    if left:
         if d.phase in (GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE):
             prepare_rebalance(d, "member_left")
         else:
             maybe_complete_join_phase(d)
 
 
-def _leave_one(d: Draft, identity: LeaveIdentity) -> MemberResult:
-    member_id, instance_id = identity.member_id, identity.group_instance_id
-    error = _remove(d, member_id, instance_id)
-    return MemberResult(member_id, instance_id, error.code)
-
-
-def _remove(d: Draft, member_id: str, instance_id: str | None) -> Errors:
+def _remove(d: Draft, member_id: str, instance_id: str | None) -> tuple[Errors, bool]:
+    """The identity's answer, and whether a member or pending id left the group."""
     if member_id == "":
         static_id = d.static_member_id(instance_id) if instance_id is not None else None
-        if static_id is None:
-            return Errors.UNKNOWN_MEMBER_ID
-        d.remove_member(static_id, "leave")
-        return Errors.NONE
+        if static_id is not None:
+            d.remove_member(static_id, "leave")
+            return Errors.NONE, True
+        if instance_id is not None and static.leave_parked(d, instance_id):
+            return Errors.NONE, False  # §14.2: parked by the countdown, never a member
+        return Errors.UNKNOWN_MEMBER_ID, False
     if member_id in d.pending_join:
         del d.pending_join[member_id]
         d.cancel(TimerKind.HEARTBEAT, member_id)
-        return Errors.NONE
+        return Errors.NONE, True
     error = validate_member(d, member_id, instance_id)
     if error is not None:
-        return error
+        return error, False
     d.remove_member(member_id, "leave")
-    return Errors.NONE
+    return Errors.NONE, True

@@ -65,10 +65,10 @@ def _reset_assignments_and_parked_syncs(d: Draft) -> None:
 
 
 def _take_in_expansion_queue(d: Draft) -> None:
-    """§14.2: a rebalance takes in every new static member parked by the countdown."""
-    d.cancel(TimerKind.EXPANSION)
-    for member in list(d.expansion_queue.values()):
-        del d.expansion_queue[member.member_id]
+    """§14.2: a rebalance takes in every new static member parked by the countdown (the
+    countdown ends with the last one)."""
+    for member_id in list(d.expansion_queue):
+        member = d.unpark(member_id)
         d.add_member(member)
         d.schedule(TimerKind.HEARTBEAT, member.member_id, d.config.group_new_member_join_timeout_ms)
 

@@ -7,6 +7,7 @@ named deadlines kept in the state (§0.2-2); ``timers.py`` reads them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Final
@@ -243,6 +244,19 @@ class Group:
             self.last_commit_ms,
             self.expansion_queue,
         )
+
+
+def registration_deadline_ms(members: Iterable[Member], timeout_ms: int | None) -> int | None:
+    """§14.1: when the member offline longest, among those offline **now**, has been away for
+    ``timeout_ms``; None if no member is offline or the timeout is off."""
+    if timeout_ms is None:
+        return None
+    earliest: int | None = None
+    for member in members:
+        since_ms = member.offline_since_ms
+        if since_ms is not None and (earliest is None or since_ms < earliest):
+            earliest = since_ms
+    return None if earliest is None else earliest + timeout_ms
 
 
 # Quick constructors (``frozen.py``): same arguments, same values, several times quicker.
