@@ -1,6 +1,7 @@
-"""Transport wrappers that delay traffic in virtual time: every request by a fixed latency, as
-the engine does (a request is only handled at the next micro-batch), or only the answers of
-some request types (a slow answer path)."""
+"""Transport wrappers that delay or lose traffic in virtual time: every request by a fixed
+latency, as the engine does (a request is only handled at the next micro-batch), only the answers
+of some request types (a slow answer path), or the answers of chosen requests (a lost answer).
+``HeartbeatsInFlight`` counts the heartbeats a member is waiting for."""
 
 from __future__ import annotations
 
@@ -99,4 +100,77 @@ class SlowAnswers:
 
     def close(self) -> None:
         self._calls.close()
+        self.inner.close()
+
+
+class LostAnswers:
+    """Hands every request on (the coordinator handles it) but drops the answers of the requests
+    ``lose`` picks: they never come back."""
+
+    def __init__(self, inner: Transport, lose: Callable[[Mapping[str, Any]], bool]) -> None:
+        self.inner = inner
+        self.lose = lose
+        self.lost: list[dict[str, Any]] = []
+
+    def send(self, stream: Stream, request: Mapping[str, Any], on_answer: AnswerCallback) -> None:
+        if self.lose(request):
+            self.lost.append(dict(request))
+            self.inner.send(stream, request, lambda answer: None)
+            return
+        self.inner.send(stream, request, on_answer)
+
+    def forget(self, event_id: str) -> None:
+        self.inner.forget(event_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def first_of(kind: str, sent_from_ms: int) -> Callable[[Mapping[str, Any]], bool]:
+    """Picks the first request of type ``kind`` sent at or after ``sent_from_ms``, once."""
+    picked: list[str] = []
+
+    def pick(request: Mapping[str, Any]) -> bool:
+        if picked or request.get("type") != kind or request["event_time_ms"] < sent_from_ms:
+            return False
+        picked.append(str(request["event_id"]))
+        return True
+
+    return pick
+
+
+class HeartbeatsInFlight:
+    """Counts the heartbeats the member waits for: sent, neither answered to it nor forgotten
+    (a member forgets a request it stopped waiting for). ``most`` is the largest count seen."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.waiting: set[str] = set()
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def send(self, stream: Stream, request: Mapping[str, Any], on_answer: AnswerCallback) -> None:
+        if request.get("type") != "heartbeat":
+            self.inner.send(stream, request, on_answer)
+            return
+        event_id = str(request["event_id"])
+        with self._lock:
+            self.waiting.add(event_id)
+            self.most = max(self.most, len(self.waiting))
+
+        def answered(answer: Mapping[str, Any]) -> None:
+            with self._lock:
+                waited = event_id in self.waiting
+                self.waiting.discard(event_id)
+            if waited:
+                on_answer(answer)
+
+        self.inner.send(stream, request, answered)
+
+    def forget(self, event_id: str) -> None:
+        with self._lock:
+            self.waiting.discard(event_id)
+        self.inner.forget(event_id)
+
+    def close(self) -> None:
         self.inner.close()

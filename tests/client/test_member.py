@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
+from client.application import Runner
 from client.latency import LatencyTransport, SlowAnswers
 from controlplane.client.assignors import TopicPartition
 from controlplane.client.clock import VirtualClock
@@ -73,25 +73,6 @@ def _member(
     return GroupMember(
         _config(client_id, **kw), transport, clock, log, auto_offset_reset="earliest"
     )
-
-
-class Runner:
-    """Polls a member in a clock thread until stopped, as an application loop would."""
-
-    def __init__(self, clock: VirtualClock, member: GroupMember, poll_ms: int = 500) -> None:
-        self.member = member
-        self.records: list[Record] = []
-        self.stop = threading.Event()
-        self._poll_ms = poll_ms
-        self.thread = clock.spawn(self._run, f"app-{member.config.client_id}")
-
-    def halt(self, clock: VirtualClock) -> None:
-        self.stop.set()
-        assert clock.wait_for(lambda: not self.thread.is_alive(), 5_000)
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            self.records.extend(self.member.poll(self._poll_ms))
 
 
 def _stable(member: GroupMember) -> bool:

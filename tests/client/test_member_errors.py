@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from client.scripted import ScriptedTransport
+from client.scripted import Responder, ScriptedTransport
 from controlplane.client.assignors import TopicPartition, encode_assignment, encode_subscription
 from controlplane.client.clock import VirtualClock
 from controlplane.client.config import ConsumerConfig
@@ -67,7 +67,7 @@ def _error(name: str) -> dict[str, Any]:
     return {"error": name, "error_code": Errors[name].code}
 
 
-def _member(coordinator: Coordinator, **kw: Any) -> tuple[VirtualClock, GroupMember, Any]:
+def _member(coordinator: Responder, **kw: Any) -> tuple[VirtualClock, GroupMember, Any]:
     clock = VirtualClock(START_MS)
     log = InMemoryLog(clock)
     log.create_topic("t", 1)
@@ -113,6 +113,28 @@ def test_heartbeat_coordinator_not_available_is_retried_without_a_rejoin() -> No
     assert member.events("heartbeat_error") == []
     member.poll(0)
     assert len(transport.requests("join")) == 1
+    member.close()
+
+
+def test_a_heartbeat_answer_coming_after_the_next_heartbeat_is_due_is_ignored() -> None:
+    # One heartbeat in flight at most: when the next one is due, an unanswered heartbeat is
+    # given up and its answer, should it come later, is dropped whatever it says.
+    coordinator = Coordinator()
+    held: list[str] = []
+
+    def responder(stream: Stream, request: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        if request["type"] == "heartbeat" and not held:
+            held.append(str(request["event_id"]))
+            return None  # not answered (yet)
+        return coordinator(stream, request)
+
+    clock, member, transport = _member(responder)
+    clock.sleep(2_500)  # heartbeats at +1 s (held) and +2 s (answered)
+    assert len(transport.requests("heartbeat")) == 2
+    assert transport.answer(held[0], _error("UNKNOWN_MEMBER_ID")) is False
+    assert member.events("heartbeat_error") == []
+    assert member.member_id == MEMBER
+    assert member.generation.valid
     member.close()
 
 

@@ -3,10 +3,14 @@
 * Join (dynamic, or static with ``group.instance.id``), MEMBER_ID_REQUIRED, the leader assigns
   with the assignor the group chose, sync; on a new assignment the group's committed offsets are
   fetched so work resumes where the last owner stopped (``auto.offset.reset`` otherwise).
-* KIP-62: a background heartbeat thread keeps the session while the application works;
-  ``max.poll.interval.ms`` is the JoinGroup rebalance timeout; when ``poll()`` is not called
-  within it the thread stops heartbeating and, for a dynamic member only, sends LeaveGroup;
-  the next ``poll()`` rejoins. Static members never send LeaveGroup (poll timeout or close).
+* KIP-62: a background heartbeat thread keeps the session while the application works. It
+  never blocks on an answer: a heartbeat goes out every ``heartbeat.interval.ms`` after the
+  previous send, one in flight at most (an unanswered one is given up when the next is due, its
+  late answer ignored). ``max.poll.interval.ms`` is the JoinGroup rebalance timeout and the
+  poll timeout, checked on every pass; when ``poll()`` is not called within it the thread
+  stops heartbeating and, for a dynamic member only, sends LeaveGroup (not waiting for the
+  answer); the next ``poll()`` rejoins. Static members never send LeaveGroup (poll timeout or
+  close).
 * KIP-41: ``poll()`` returns at most ``max.poll.records`` records (records.Fetcher).
 * Eager rebalance: before rejoining, offsets are committed (auto-commit) and every partition is
   given up; after sync, positions come from the committed offsets.
@@ -112,7 +116,9 @@ class GroupMember:
         now_ms = clock.now_ms()
         self._last_poll_ms = now_ms
         self._polling = False  # the application thread is inside poll()
-        self._last_heartbeat_ms = now_ms
+        self._last_heartbeat_ms = now_ms  # when the last heartbeat was sent
+        self._heartbeat_call: tuple[p.Generation, PendingCall] | None = None  # in flight
+        self._leaves: list[tuple[str, PendingCall]] = []  # poll-timeout LeaveGroups in flight
         self._last_auto_commit_ms = now_ms
         self._auto_commits: list[tuple[p.Generation, PendingCall]] = []  # in flight
         self._inflight: tuple[str, PendingCall] | None = None
@@ -456,27 +462,34 @@ class GroupMember:
             self._heartbeat_thread = self.clock.spawn(self._heartbeat_loop, name)
 
     def _heartbeat_loop(self) -> None:
+        """AbstractCoordinator.HeartbeatThread: the thread never blocks on an answer. Each pass
+        takes in the answers that came (or gives up the heartbeat no longer awaited), checks the
+        poll timeout, sends a heartbeat when one is due, then sleeps until the next heartbeat,
+        the poll deadline, an answer or a state change, whichever comes first."""
         interval_ms = self.config.heartbeat_interval_ms
         while not self._closed_or_fenced():
-            now_ms = self.clock.now_ms()
             seen = self._version
+            now_ms = self.clock.now_ms()
+            self._take_answers(now_ms)
             if not self._heartbeat_enabled():
-                self.clock.wait_for(self._changed_since(seen), interval_ms)
+                self._sleep_until(seen, now_ms + interval_ms)
                 continue
             with self._lock:
                 polling, last_poll_ms = self._polling, self._last_poll_ms
-            poll_deadline_ms = last_poll_ms + self.config.max_poll_interval_ms
-            if polling:
-                poll_deadline_ms = now_ms + self.config.max_poll_interval_ms
-            elif now_ms >= poll_deadline_ms:
+            poll_start_ms = now_ms if polling else last_poll_ms  # inside poll(): no timeout
+            poll_deadline_ms = poll_start_ms + self.config.max_poll_interval_ms
+            if now_ms >= poll_deadline_ms:
                 self._on_poll_timeout()
                 continue
             due_ms = self._last_heartbeat_ms + interval_ms
+            if self._heartbeat_call is not None:
+                # the previous one is given up at its deadline, due_ms but for the clock reads
+                # between them: one heartbeat in flight at most
+                due_ms = max(due_ms, self._heartbeat_call[1].deadline_ms)
             if now_ms >= due_ms:
-                self._send_heartbeat()
+                self._send_heartbeat(now_ms)
                 continue
-            wake_ms = min(due_ms, poll_deadline_ms) - now_ms
-            self.clock.wait_for(self._changed_since(seen), wake_ms)
+            self._sleep_until(seen, min(due_ms, poll_deadline_ms))
 
     def _heartbeat_enabled(self) -> bool:
         """Heartbeat while Stable in a valid generation, also once a rejoin is needed and until
@@ -484,16 +497,44 @@ class GroupMember:
         processing during a rebalance; the coordinator resets it on REBALANCE_IN_PROGRESS)."""
         return self._state is MemberState.STABLE and self._generation.valid
 
-    def _send_heartbeat(self) -> None:
+    def _send_heartbeat(self, now_ms: int) -> None:
+        """Send the heartbeat due ``heartbeat.interval.ms`` after the previous one was sent,
+        whatever became of that one. Its answer is awaited until the next one is due (at most
+        ``request.timeout.ms``): the reaper then gives it up, so a lost answer costs one
+        interval and at most one heartbeat is ever in flight."""
+        assert self._heartbeat_call is None, "the previous heartbeat is given up when this is due"
         generation = self._generation
-        self._last_heartbeat_ms = self.clock.now_ms()
-        body = p.heartbeat_body(self.config, generation)
-        try:
-            answer = self._requester.call(Stream.GROUP, body, self.config.request_timeout_ms)
-            result = answer.result()
-        except ClientError:
-            return  # timed out or closed: the next interval tries again
-        error = p.error_of(result)
+        self._last_heartbeat_ms = now_ms
+        wait_ms = min(self.config.heartbeat_interval_ms, self.config.request_timeout_ms)
+        call = self._requester.start(
+            Stream.GROUP, p.heartbeat_body(self.config, generation), wait_ms
+        )
+        self._heartbeat_call = (generation, call)
+
+    def _take_answers(self, now_ms: int) -> None:
+        """Reap what expired, then handle the heartbeat's outcome and the poll-timeout leaves'.
+        A heartbeat given up is forgotten: its late answer, if any, is ignored."""
+        self._requester.calls.reap(now_ms)
+        if self._heartbeat_call is not None and self._heartbeat_call[1].done:
+            generation, call = self._heartbeat_call
+            self._heartbeat_call = None
+            self._requester.forget(call)
+            try:
+                answer = call.result()
+            except ClientError as error:  # given up (no answer in time) or closed
+                log.debug("%s: heartbeat given up: %s", self.config.client_id, error)
+            else:
+                self._on_heartbeat_answer(answer, generation)
+        pending = []
+        for reason, call in self._leaves:
+            if call.done:
+                self._record_leave(reason, call)
+            else:
+                pending.append((reason, call))
+        self._leaves = pending
+
+    def _on_heartbeat_answer(self, answer: Mapping[str, Any], generation: p.Generation) -> None:
+        error = p.error_of(answer)
         action = p.action_for(error)
         if action is p.Action.OK or action is p.Action.RETRY:
             return
@@ -510,6 +551,21 @@ class GroupMember:
             self._set_state(MemberState.FENCED)
         else:
             self._bump()
+
+    def _sleep_until(self, seen: int, until_ms: int) -> None:
+        """Wait until ``until_ms``, a state change, or the end of a call the thread waits for."""
+        calls = [call for _, call in self._leaves]
+        if self._heartbeat_call is not None:
+            calls.append(self._heartbeat_call[1])
+        until_ms = min([until_ms, *(call.deadline_ms for call in calls)])
+        self.clock.wait_for(
+            lambda: (
+                self._version != seen
+                or self._closed_or_fenced()
+                or any(call.done for call in calls)
+            ),
+            until_ms - self.clock.now_ms(),
+        )
 
     def _on_poll_timeout(self) -> None:
         now_ms = self.clock.now_ms()
@@ -528,16 +584,24 @@ class GroupMember:
         self._record("poll_timeout", f"{waited_ms} ms since the last poll")
         log.warning("%s: consumer poll timeout has expired", self.config.client_id)
         if not self.config.is_static and member_id:
-            deadline = Deadline.start(self.clock, self.config.request_timeout_ms, 0)
-            self._leave(member_id, "consumer poll timeout has expired", deadline)
+            # sent without waiting for the answer (as Kafka's maybeLeaveGroup): the thread goes
+            # on, and heartbeats for the generation poll() may join meanwhile
+            reason = "consumer poll timeout has expired"
+            body = p.leave_body(self.config, member_id, reason)
+            call = self._requester.start(Stream.GROUP, body, self.config.request_timeout_ms)
+            self._leaves.append((reason, call))
 
     # --- helpers ---------------------------------------------------------------------------
 
     def _leave(self, member_id: str, reason: str, deadline: Deadline) -> None:
         body = p.leave_body(self.config, member_id, reason)
         wait_ms = deadline.attempt_wait_ms(self.clock.now_ms(), self.config.request_timeout_ms)
+        self._record_leave(reason, self._requester.call(Stream.GROUP, body, wait_ms))
+
+    def _record_leave(self, reason: str, call: PendingCall) -> None:
+        self._requester.forget(call)
         try:
-            answer = self._requester.call(Stream.GROUP, body, wait_ms).result()
+            answer = call.result()
             self._record("left", f"{reason}: {answer.get('error')}")
         except ClientError as error:
             self._record("leave_failed", str(error))
@@ -556,9 +620,6 @@ class GroupMember:
         with self._lock:
             self._version += 1
         self.clock.notify()
-
-    def _changed_since(self, seen: int) -> Callable[[], bool]:
-        return lambda: self._version != seen or self._closed_or_fenced()
 
     def _answered_or_stopped(self, call: PendingCall) -> Callable[[], bool]:
         return lambda: call.done or self._closed_or_fenced()
