@@ -12,9 +12,11 @@ import pytest
 from deltalake import DeltaTable
 
 from controlplane.io.sinks import (
+    PORTABLE_FEATURES,
     TXN_APP_ID_CONF,
     DeltaRsWriter,
     NativeDeltaWriter,
+    UnportableTable,
     choose_writer,
     table_properties,
 )
@@ -126,8 +128,31 @@ def test_both_writers_create_tables_with_the_same_properties(
         assert rs.get(key) == value, (key, rs)
     for side in (tmp_path / "native" / table, tmp_path / "rs" / table):
         protocol = DeltaTable(str(side)).protocol()
-        assert not protocol.writer_features, protocol  # only legacy protocol versions
-        assert not protocol.reader_features, protocol
+        assert protocol.min_reader_version == 1, protocol
+        assert set(protocol.writer_features or []) <= PORTABLE_FEATURES, protocol
+
+
+@pytest.mark.parametrize("writer", ["native", "delta-rs"])
+def test_a_table_with_a_feature_the_other_writer_lacks_is_refused(
+    spark: Any, tmp_path: Path, writer: str
+) -> None:
+    path = tmp_path / "decisions"
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    (
+        SparkDeltaTable.create(spark)
+        .location(str(path))
+        .addColumn("event_id", "STRING")
+        .property("delta.enableDeletionVectors", "true")
+        .execute()
+    )
+    chosen = (
+        NativeDeltaWriter(spark, str(tmp_path), "app")
+        if writer == "native"
+        else DeltaRsWriter(tmp_path, "app")
+    )
+    with pytest.raises(UnportableTable, match="deletionVectors"):
+        chosen.write("decisions", [decision("a", 0)], 0)
 
 
 def test_an_appended_table_refuses_a_delete(spark: Any, tmp_path: Path) -> None:

@@ -58,6 +58,29 @@ def to_arrow(table: str, rows: Sequence[Row]) -> pa.Table:
     return pa.Table.from_pylist([dict(row) for row in rows], schema=schema)
 
 
+# Table features both writers handle (delta-rs 1.6 and delta-spark 4.4): those of the legacy
+# writer versions up to 4, which Delta lists as features of such a table. A table with any other
+# feature (deletion vectors, row tracking, column mapping, ...) is refused before the first
+# write, with its name: the other writer could not write it, or could not read it.
+PORTABLE_FEATURES = frozenset(
+    {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"}
+)
+
+
+class UnportableTable(RuntimeError):
+    """A table uses a Delta feature that one of the two writers does not support."""
+
+
+def check_portable(table: str, features: Sequence[str], min_reader_version: int) -> None:
+    extra = sorted(set(features) - PORTABLE_FEATURES)
+    if extra or min_reader_version > 1:
+        raise UnportableTable(
+            f"{table}: table features {extra or []} (reader version {min_reader_version}) are "
+            f"not supported by both Delta writers; only {sorted(PORTABLE_FEATURES)} are "
+            "(docs/engine.md, 'Two writers, one table format')"
+        )
+
+
 def table_properties(table: str) -> dict[str, str]:
     """What both writers set when they create a table: appended tables are append-only (a
     DELETE or UPDATE on an audit table fails), ``groups`` records its changes (change data
@@ -114,6 +137,7 @@ class DeltaRsWriter:
     def __init__(self, tables_root: str | Path, app_id: str) -> None:
         self.root = Path(tables_root)
         self.app_id = app_id
+        self._checked: set[str] = set()
 
     def path(self, table: str) -> str:
         return str(self.root / table)
@@ -123,7 +147,13 @@ class DeltaRsWriter:
 
         if not DeltaTable.is_deltatable(self.path(table)):
             return None
-        version: int | None = DeltaTable(self.path(table)).transaction_version(self.app_id)
+        delta = DeltaTable(self.path(table))
+        if table not in self._checked:
+            protocol = delta.protocol()
+            features = [*(protocol.reader_features or []), *(protocol.writer_features or [])]
+            check_portable(table, features, protocol.min_reader_version)
+            self._checked.add(table)
+        version: int | None = delta.transaction_version(self.app_id)
         return version
 
     def write(self, table: str, rows: Sequence[Row], batch_id: int) -> bool:
@@ -252,6 +282,8 @@ class NativeDeltaWriter:
         for key, value in {**table_properties(table), **NATIVE_ONLY}.items():
             builder = builder.property(key, value)
         builder.execute()
+        detail = self.spark.sql(f"DESCRIBE DETAIL delta.`{self.path(table)}`").first()
+        check_portable(table, list(detail["tableFeatures"] or []), int(detail["minReaderVersion"]))
         self._created.add(table)
 
     def _merge_retrying(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
