@@ -1,4 +1,5 @@
-"""Configuration (events.md §7): defaults, every key's type check, and clear messages."""
+"""Configuration (docs/reference/events.md §7): defaults, every key's type check, and clear
+messages."""
 
 from __future__ import annotations
 

@@ -41,8 +41,23 @@ def main(argv: list[str] | None = None) -> int:
             module = importlib.import_module(COMMANDS[words][0])
             result: int = module.main(args[size:])
             return result
+    if args[:1] in (["-h"], ["--help"]):
+        print(_usage())
+        return 0
     print(_usage(), file=sys.stderr)
-    return 0 if args[:1] in (["-h"], ["--help"]) else 2
+    print(f"python -m controlplane: error: {_what_is_wrong(args)}", file=sys.stderr)
+    return 2
+
+
+def _what_is_wrong(args: list[str]) -> str:
+    if not args:
+        return "no command given"
+    following = sorted(words[1] for words in COMMANDS if len(words) == 2 and words[0] == args[0])
+    if following:
+        return f"{args[0]!r} needs one of: {', '.join(following)}" + (
+            f" (not {args[1]!r})" if len(args) > 1 else ""
+        )
+    return f"unknown command {args[0]!r}"
 
 
 def task() -> None:

@@ -10,7 +10,7 @@ from controlplane.core.config import ConfigError, Settings, parse_settings
 
 
 def load_settings(path: str | Path | None) -> Settings:
-    """Read and validate ``path``; None gives the defaults of events.md §7."""
+    """Read and validate ``path``; None gives the defaults of docs/reference/events.md §7."""
     if path is None:
         return parse_settings({})
     file = Path(path)

@@ -1,10 +1,12 @@
-"""Independent conformance check: Kafka unit tests that the spec's §12 scenarios keep back.
+"""Independent conformance check: Kafka unit tests that the §12 scenarios of
+docs/reference/group-coordinator.md keep back (cited as §n below).
 
 Each test restates one Kafka test (GroupMetadataManagerTest.java = T-J, GroupCoordinatorTest.scala
 = T-S, OffsetMetadataManagerTest.java = T-O, ClassicGroupTest.java = T-CG) in the harness's
 terms. Where the Kafka test overshoots a deadline (``timeout + 1`` under the Scala MockTimer, or
 a large ``sleep``), the scenario is re-timed to land on the deadline that matters, so the result
-is the same under deadline semantics (events.md §6) and Kafka's advanced-now rule (spec §0.2-3).
+is the same under deadline semantics (docs/reference/events.md §6) and Kafka's advanced-now
+rule (§0.2-3).
 The "probably Sxx" notes are guesses at the held-back scenario numbers, from the neighbours.
 """
 
@@ -103,7 +105,7 @@ def test_kafka_last_joining_members_are_kicked_out_when_rejoining_group_with_max
     """T-J testLastJoiningMembersAreKickedOutWhenRejoiningGroupWithMaxSize (twin in T-S); probably
     S06. Kafka builds a 12-member group directly; here it forms under a larger limit, the limit
     drops to 10 and the PREPARE_REBALANCE hook starts the rebalance. The last two rejoiners are
-    removed, and (Java, spec §11 D4) the join phase does not finish on the refusal even though
+    removed, and (Java, §11 D4) the join phase does not finish on the refusal even though
     every remaining member is then awaiting: only the rebalance timeout finishes it."""
     h = CoordinatorHarness(group_initial_rebalance_delay_ms=50)
     firsts = [h.join(session_ms=5000, rebalance_ms=10000) for _ in range(12)]
@@ -214,7 +216,7 @@ def test_kafka_reset_rebalance_delay_when_new_member_joins_group_during_initial_
 def test_kafka_heartbeat_expiration_should_remove_member() -> None:
     """T-J testHeartbeatExpirationShouldRemoveMember; probably S21. Initial delay 600000 keeps the
     group in its initial rebalance; the new-member join timeout (300000) removes the only member,
-    its join gets UNKNOWN_MEMBER_ID, and (Java, spec §7.1 step 5 and §11 D3) the now all-joined
+    its join gets UNKNOWN_MEMBER_ID, and (Java, §7.1 step 5 and §11 D3) the now all-joined
     empty group completes the join at once: Empty, generation 1."""
     h = CoordinatorHarness(group_initial_rebalance_delay_ms=600000)
     a = h.join()
@@ -625,7 +627,7 @@ def test_kafka_static_members_unknown_instance_batch_leave_group() -> None:
 
 def test_kafka_static_members_all_unknown_batch_leave_changes_nothing() -> None:
     """Variant of T-J testStaticMembersUnknownInstanceBatchLeaveGroup with no valid identity: no
-    NONE answer, so no rebalance (spec §6, "only if at least one answered NONE")."""
+    NONE answer, so no rebalance (§6, "only if at least one answered NONE")."""
     h = CoordinatorHarness()
     leader, follower = static2(h)
     before = h.state
@@ -691,7 +693,7 @@ def test_kafka_generic_group_offset_commit_with_fenced_instance_id() -> None:
 
 
 def test_kafka_commit_in_preparing_rebalance_with_previous_generation() -> None:
-    """T-O testGenericGroupOffsetCommitWhileInPreparingRebalanceState (spec §8 rule 6): the
+    """T-O testGenericGroupOffsetCommitWhileInPreparingRebalanceState (§8 rule 6): the
     previous generation can still commit during the join phase; it resets the session."""
     h = CoordinatorHarness()
     a = dyn1(h, 5000, 10000)
@@ -760,7 +762,7 @@ def test_kafka_offset_commit_dead_group() -> None:
 def test_kafka_static_member_rejoin_with_updated_session_and_rebalance_timeouts() -> None:
     """T-S staticMemberRejoinWithUpdatedSessionAndRebalanceTimeoutsAndPersistChange: both static
     members rejoin with unknown ids and doubled timeouts, no rebalance; the v9 leader gets the list
-    and skipAssignment. Spec §3.6 step 3: the new id's first session timer uses the old timeout."""
+    and skipAssignment. §3.6 step 3: the new id's first session timer uses the old timeout."""
     h = CoordinatorHarness()
     leader, _ = static2(h)
     f2 = h.join(version=9, iid=FOLLOWER_IID, protocols=RR, session_ms=10000, rebalance_ms=20000)
@@ -801,7 +803,7 @@ def test_kafka_session_timeout_during_rebalance() -> None:
 
 
 def test_kafka_commit_with_member_id_and_default_generation_on_a_live_group() -> None:
-    """T-O generic-group commit validation (spec §8 rule 4): a member id with generation -1 on a
+    """T-O generic-group commit validation (§8 rule 4): a member id with generation -1 on a
     non-Empty group is validated like any other, and -1 is not the group's generation."""
     h = CoordinatorHarness()
     a = dyn1(h)
@@ -810,7 +812,7 @@ def test_kafka_commit_with_member_id_and_default_generation_on_a_live_group() ->
 
 
 def test_kafka_heartbeat_from_a_pending_member_id_is_unknown() -> None:
-    """T-J testSecondMemberPartiallyJoinAndTimeout neighbour (spec §5 note): a MEMBER_ID_REQUIRED
+    """T-J testSecondMemberPartiallyJoinAndTimeout neighbour (§5 note): a MEMBER_ID_REQUIRED
     id is not a member yet."""
     h = CoordinatorHarness()
     a = dyn1(h)
@@ -821,7 +823,7 @@ def test_kafka_heartbeat_from_a_pending_member_id_is_unknown() -> None:
 
 
 def test_kafka_sync_in_stable_does_not_reset_the_session() -> None:
-    """Spec §4 (Stable branch) and §11 D2, Java GMM: a SyncGroup answered in Stable does not reset
+    """§4 (Stable branch) and §11 D2, Java GMM: a SyncGroup answered in Stable does not reset
     the session (Scala did). DYN1(5000, 10000): hb(A)@8000; a Stable sync at 7000 changes
     nothing, so A expires at 8000."""
     h = CoordinatorHarness()

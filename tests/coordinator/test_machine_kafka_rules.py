@@ -1,5 +1,6 @@
 """More of Kafka's unit-test situations (T-J / T-S names in the docstrings), written from the
-spec's rules: failures during sync, pending expiry, over-capacity groups, static leaders."""
+rules of docs/reference/group-coordinator.md: failures during sync, pending expiry, over-capacity
+groups, static leaders."""
 
 from __future__ import annotations
 
@@ -165,7 +166,7 @@ def test_sync_in_preparing_rebalance_is_rebalance_in_progress() -> None:
 
 def test_sync_checks_the_protocol_name_only_when_the_group_has_one() -> None:
     """GMM validateSyncGroup, isProtocolInconsistent: a mismatch needs both the request's and
-    the group's protocol type (or name) non-null (spec §11 D8, Java). The group has no protocol
+    the group's protocol type (or name) non-null (§11 D8, Java). The group has no protocol
     name in the initial rebalance, nor after it turned Empty (the name is cleared), so a sync
     naming one reaches the state check: REBALANCE_IN_PROGRESS, not INCONSISTENT_GROUP_PROTOCOL."""
     h = CoordinatorHarness()

@@ -1,5 +1,5 @@
-"""Rules of §1-§11 the scenarios do not cover: describe, delete_group, versions, member ids,
-the audit trail, answer order, failover, and the groups row."""
+"""Rules of docs/reference/group-coordinator.md §1-§11 the scenarios do not cover: describe,
+delete_group, versions, member ids, the audit trail, answer order, failover, and the groups row."""
 
 from __future__ import annotations
 
@@ -203,8 +203,8 @@ def test_max_size_check_kicks_out_an_existing_member_during_preparing_rebalance(
 
 
 def test_a_pending_member_id_that_times_out_leaves_a_trace() -> None:
-    """events.md §2 names the reason pending_member_timeout: a MEMBER_ID_REQUIRED id whose
-    timer fires (spec §7.1 step 2) is dropped by a timer, with no answer to show it; the audit
+    """docs/reference/events.md §2 names the reason pending_member_timeout: a MEMBER_ID_REQUIRED id
+    whose timer fires (§7.1 step 2) is dropped by a timer, with no answer to show it; the audit
     row is its only trace. It carries the deadline and no event id, as every timer row."""
     h = CoordinatorHarness()
     p = h.join(version=4, session_ms=1000).member_id

@@ -1,4 +1,5 @@
-"""Spec §12.1-12.4: JoinGroup admission and errors, the initial delay, expiry, rejoins."""
+"""docs/reference/group-coordinator.md §12.1-12.4: JoinGroup admission and errors, the initial
+delay, expiry, rejoins."""
 
 from __future__ import annotations
 

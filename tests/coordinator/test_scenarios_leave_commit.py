@@ -1,4 +1,5 @@
-"""Spec §12.8-12.9: LeaveGroup (single, batch, pending, static) and OffsetCommit validation."""
+"""docs/reference/group-coordinator.md §12.8-12.9: LeaveGroup (single, batch, pending, static) and
+OffsetCommit validation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Spec §12.4 (Dead) and §12.5: static membership (KIP-345), replacement, fencing, rejoin."""
+"""docs/reference/group-coordinator.md §12.4 (Dead) and §12.5: static membership (KIP-345),
+replacement, fencing, rejoin."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spec §12.6-12.7: SyncGroup, Heartbeat and session."""
+"""docs/reference/group-coordinator.md §12.6-12.7: SyncGroup, Heartbeat and session."""
 
 from __future__ import annotations
 

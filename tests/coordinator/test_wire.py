@@ -1,4 +1,5 @@
-"""The coordinator's wire parser (events.md §1): every field, every type, every bad value."""
+"""The coordinator's wire parser (docs/reference/events.md §1): every field, every type, every bad
+value."""
 
 from __future__ import annotations
 

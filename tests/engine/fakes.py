@@ -1,5 +1,6 @@
 """Test doubles for the engine: a tiny Runner with a timer, and a GroupState that validates
-calls the way Spark's Python GroupState does (spark-stateful.md §1.4-1.5)."""
+calls the way Spark's Python GroupState does (pyspark/sql/streaming/state.py; the rules
+are in docs/engine.md, "The adapter")."""
 
 from __future__ import annotations
 

@@ -195,7 +195,7 @@ def test_sql_text_and_errors(tables: Path, capsys: pytest.CaptureFixture[str]) -
     assert "5" in capsys.readouterr().out
     assert sql.main(["SELECT * FROM nowhere", "--tables-root", str(tables)]) == 1
     assert "nowhere" in capsys.readouterr().err
-    assert sql.main(["missing.sql", "--tables-root", str(tables)]) == 1
+    assert sql.main(["missing.sql", "--tables-root", str(tables)]) == 2
 
 
 def test_groups_list_and_describe(tables: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,5 @@
-"""Derived behaviour at the edges (mutation-quota.md §1.6-§1.7, §4.3-§4.5): rounding, float
-path dependence, rate changes, quota removal, idle expiry, the clock. Each row says why."""
+"""Derived behaviour at the edges (docs/reference/mutation-quota.md §1.6-§1.7, §4.3-§4.5): rounding,
+float path dependence, rate changes, quota removal, idle expiry, the clock. Each row says why."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def test_rejection_then_refill_within_one_request_keeps_the_last_throttle() -> N
     assert event["mode"] == "strict"
 
 
-# --- events.md §6: the key's clock moves with every event of the key, touch or no touch -------
+# --- docs/reference/events.md §6: the key's clock moves with every event of the key, touch or no to
 def _touch_later_then_go_back(first: str) -> QuotaHarness:
     """A touch at T (11 -> 10), then at T+5000 an event that does not touch the tokens, then one
     whose event time is T+1000: it is handled at the key's clock, T+5000."""

@@ -1,5 +1,6 @@
-"""The vectors mutation-quota.md §8 keeps back for an independent check, re-read from Kafka's tests
-(apache/kafka, baseline 1eb76443) and restated here through the project's public functions.
+"""The vectors docs/reference/mutation-quota.md §8 keeps back for an independent check, re-read from
+Kafka's tests (apache/kafka, baseline 1eb76443) and restated here through the project's public
+functions.
 
 * K-09..K-11  SensorTest.testStrictQuotaEnforcementWithTokenBucket (strict check-then-record).
 * K-20..K-22  ControllerMutationQuotaManagerTest.testThrottleTime.

@@ -1,5 +1,6 @@
 """Kafka rules at their edges that the §8 vectors do not reach: the strict-from version of each
-API (mutation-quota.md §2.1) and the partition counts Kafka refuses before the quota (§3)."""
+API (docs/reference/mutation-quota.md §2.1) and the partition counts Kafka refuses before the quota
+(§3)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``replay quota`` end to end: a recorded event file and its expected output (each row checked
 by hand against the rules; the walk-through is in docs/quota.md), plus the run conditions of
-events.md §8."""
+docs/reference/events.md §8."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Resolution (mutation-quota.md §4.2-§4.3): the 8 levels of precedence, which principals share
-a bucket (quota_key) and which entry sets the rate (quota_entity)."""
+"""Resolution (docs/reference/mutation-quota.md §4.2-§4.3): the 8 levels of precedence, which
+principals share a bucket (quota_key) and which entry sets the rate (quota_entity)."""
 
 from __future__ import annotations
 

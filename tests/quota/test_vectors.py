@@ -1,4 +1,4 @@
-"""Every numeric vector of mutation-quota.md §8.1, as tables (one comment per row).
+"""Every numeric vector of docs/reference/mutation-quota.md §8.1, as tables (one comment per row).
 
 T is an epoch time, so a bucket is full on first use. Bucket vectors (K-01..K-08) drive the
 bucket arithmetic directly; quota-object vectors (K-12..K-35) drive the strict and permissive

@@ -1,5 +1,5 @@
-"""Every field and type of events.md §3 with a bad value gets an INVALID_REQUEST (42) row whose
-message names the field and the input line; the run goes on."""
+"""Every field and type of docs/reference/events.md §3 with a bad value gets an INVALID_REQUEST (42)
+row whose message names the field and the input line; the run goes on."""
 
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 as a subprocess, exit codes, settings, and the shared line reader (replay/common.py).
 
 The expected rows under tests/data/replay/group_expected/ were reviewed against
-group-coordinator.md (initial delay extended once by the second member, session expiry at the
-last heartbeat + 10 s, Empty with generation 3 after the last leave, static replacement in
-Stable without a rebalance). When a deliberate behaviour change alters them, regenerate with
-``python -m controlplane replay group --events tests/data/replay/group_events.jsonl --out
-tests/data/replay/group_expected`` and review the diff row by row."""
+docs/reference/group-coordinator.md (initial delay extended once by the second member, session
+expiry at the last heartbeat + 10 s, Empty with generation 3 after the last leave, static
+replacement in Stable without a rebalance). When a deliberate behaviour change alters them,
+regenerate with ``python -m controlplane replay group --events tests/data/replay/group_events.jsonl
+--out tests/data/replay/group_expected`` and review the diff row by row."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ EXPECTED = DATA / "group_expected"
 
 
 def load(path: Path) -> list[dict[str, Any]]:
-    """Rows as parsed JSON; a null field may be written or left out (events.md §5)."""
+    """Rows as parsed JSON; a null field may be written or left out (docs/reference/events.md
+    §5)."""
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return [{k: v for k, v in row.items() if v is not None} for row in rows]
 

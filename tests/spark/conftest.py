@@ -91,7 +91,8 @@ def run_to_end(writer: Any) -> list[dict[str, Any]]:
 
 def assert_same_rows(spark: Any, actual: Sequence[str], expected: Sequence[str]) -> None:
     """Two collections of canonical JSON rows compared as DataFrames with chispa, in any order
-    (engine tables carry no row order, events.md §5); chispa prints the rows that differ."""
+    (engine tables carry no row order, docs/reference/events.md §5); chispa prints the rows that
+    differ."""
     from chispa import assert_df_equality
 
     def frame(rows: Sequence[str]) -> Any:

@@ -33,7 +33,8 @@ LOCATION = re.compile(r"[^\s(]*events\.jsonl:")
 
 
 def canonical(rows: list[dict[str, Any]]) -> list[str]:
-    """Rows as sorted canonical JSON: engine columns and nulls dropped (events.md §5)."""
+    """Rows as sorted canonical JSON: engine columns and nulls dropped (docs/reference/events.md
+    §5)."""
 
     def clean(value: Any) -> Any:
         if isinstance(value, str):  # the file is named by URI in the engine, as given in replay

@@ -39,7 +39,7 @@ from controlplane.core.coordinator.requests import (
 from controlplane.core.coordinator.state import Group, GroupPhase, Member, TimerKind
 from controlplane.core.errors import Errors
 
-# The spec's protocol lists (§12.0); metadata is fixed per list.
+# The protocol lists of docs/reference/group-coordinator.md §12.0; metadata is fixed per list.
 R = (Protocol("range", "Ug=="),)
 RR = (Protocol("range", "UlI="), Protocol("roundrobin", "UlI="))
 RB = (Protocol("roundrobin", "UkI="),)
@@ -316,7 +316,7 @@ class CoordinatorHarness:
     def events_of(self, kind: EventKind) -> list[GroupEvent]:
         return [e for e in self.events if e.kind is kind]
 
-    # -- assertions that read like the spec's notation ----------------------------------------
+    # -- assertions in the notation of docs/reference/group-coordinator.md §12.0 -------------------
 
     def assert_state(
         self,
@@ -381,7 +381,7 @@ def assert_sync(call: Call, error: Errors, assignment: str = "") -> None:
         assert answer.protocol_name is None
 
 
-# -- the spec's macros (§12.0) --------------------------------------------------------------
+# -- the macros of docs/reference/group-coordinator.md §12.0 ---------------------------------------
 
 
 def dyn1j(h: CoordinatorHarness, session_ms: int, rebalance_ms: int) -> str:

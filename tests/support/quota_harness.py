@@ -4,8 +4,8 @@
     d = h.create_topics("alice", {"t1": 30, "t2": 30})
     h.sleep(5000)
 
-Every verb builds a wire event (events.md §3), feeds it through the real session (resolution,
-parser, machine) at the harness clock and returns the decision row.
+Every verb builds a wire event (docs/reference/events.md §3), feeds it through the real session
+(resolution, parser, machine) at the harness clock and returns the decision row.
 """
 
 from __future__ import annotations

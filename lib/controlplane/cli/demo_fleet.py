@@ -139,6 +139,7 @@ class AdminTool:
 
     def stop(self, timeout_ms: int) -> None:
         self._stop.set()
+        self.clock.notify()  # it may be waiting out the interval before its next burst
         self.clock.join(self._thread, timeout_ms)
 
     def _run(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from controlplane.cli.demo import GROUPS, DemoPlan, elapsed_s, log
@@ -61,7 +62,7 @@ class DemoRun:
         finally:
             self._stop_engine()
         self._tell_story()
-        print_summary(self.options.tables_root, self.config_path)
+        print_summary(self.options.tables_root, self.config_path, self.plan.admin_user)
         return 0
 
     def _start_engine(self) -> None:
@@ -133,13 +134,31 @@ class DemoRun:
             if self._failed_query():
                 break
             self.clock.sleep(500)
-        self._say("time is up: closing the fleet")
+        self._say("time is up: stopping the producer and the admin tool (its last burst may retry)")
         producer.stop()
         admin.stop(30_000)
-        for app in self.apps.values():
-            app.close(20_000)
+        self._close_members()
         self.admin_totals = admin.totals
         self.fleet_apps = list(self.apps.values()) + self.retired
+
+    def _close_members(self, progress_every_ms: int = 5_000) -> None:
+        """Close every member at once, as independent processes would (each commits, and a
+        dynamic one sends LeaveGroup: a round trip or two through the engine), with a line
+        every few seconds so the wait is not silent."""
+        apps = list(self.apps.values())
+        self._say(f"closing {len(apps)} members: each commits, dynamic ones send LeaveGroup")
+        threads = [
+            self.clock.spawn(partial(app.close, 20_000), f"close-{app.name}") for app in apps
+        ]
+
+        def all_closed() -> bool:
+            return not any(thread.is_alive() for thread in threads)
+
+        while not self.clock.wait_for(all_closed, progress_every_ms):
+            open_apps = [a.name for a, t in zip(apps, threads, strict=True) if t.is_alive()]
+            closed = len(apps) - len(open_apps)
+            self._say(f"... {closed}/{len(apps)} closed, waiting for {', '.join(open_apps)}")
+        self._say(f"all {len(apps)} members closed")
 
     def _timeline(self) -> list[tuple[int, Callable[[], None]]]:
         plan = self.plan
@@ -320,6 +339,7 @@ class DemoRun:
 
     def _stop_engine(self) -> None:
         if self.transport is not None:
+            self._say("stopping the engine: the last answers, then the queries and Spark")
             self.clock.sleep(3 * self.options.trigger_interval_ms + 3_000)  # the last answers
             self.transport.close()
         self._await_idle(10.0)
@@ -330,6 +350,7 @@ class DemoRun:
                 log.warning("stopping %s: %s", query.name, error)
         if self.spark is not None:
             self.spark.stop()
+        self._say("engine stopped")
 
     def _await_idle(self, limit_s: float) -> None:
         """Stop between batches where possible: a batch cancelled mid-way logs a long trace."""

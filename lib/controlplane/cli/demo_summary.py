@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def _text(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def print_summary(tables_root: str | Path, config_path: str) -> None:
+def print_summary(tables_root: str | Path, config_path: str, admin_user: str = "admin") -> None:
     print("\n=== Summary: SQL over the Delta outputs in", tables_root, "===")
     for title, sql in QUERIES:
         print(f"\n{title}:")
@@ -92,11 +93,21 @@ def print_summary(tables_root: str | Path, config_path: str) -> None:
             print(format_rows(run_sql(tables_root, sql)))
         except Exception as error:  # a table the run never wrote: say so, go on
             print(f"  (not available: {str(error).splitlines()[0]})")
+    python = _python()
     print(
-        "\nQuery further (DataFusion SQL over the same tables):\n"
-        f'  python -m controlplane sql "SELECT kind, COUNT(*) FROM group_events GROUP BY kind"'
-        f" --config {config_path}\n"
-        '  .venv/bin/python -c "from controlplane.cli.demo_summary import run_sql, format_rows;'
-        f" print(format_rows(run_sql('{tables_root}', 'SELECT * FROM groups')))\"\n"
-        f"  python -m controlplane groups describe orders --config {config_path}"
+        "\nQuery further (from this directory; DataFusion SQL over the same tables):\n"
+        f'  {python} -m controlplane sql "SELECT kind, COUNT(*) AS n FROM group_events'
+        f' GROUP BY kind" --config {config_path}\n'
+        f"  {python} -m controlplane groups describe orders --config {config_path}\n"
+        f"  {python} -m controlplane quotas describe {admin_user} --config {config_path}"
     )
+
+
+def _python() -> str:
+    """This interpreter as the reader can type it: relative when it lives under the current
+    directory (``.venv/bin/python`` after ``make demo``), else its full path."""
+    executable = Path(sys.executable)
+    try:
+        return str(executable.relative_to(Path.cwd()))
+    except ValueError:
+        return str(executable)

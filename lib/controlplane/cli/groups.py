@@ -10,23 +10,25 @@ import argparse
 import sys
 from typing import Any
 
-from controlplane.cli.tables import add_location_args, query, render, tables_root
+from controlplane.cli.tables import CommandError, Tables, add_location_args, locate, query, render
+
+PROG = "python -m controlplane groups"
 
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def list_groups(root: Any) -> str:
+def list_groups(tables: Tables) -> str:
     sql = (
         "SELECT group_id, group_state AS state, generation_id AS generation, protocol_name,"
         " array_length(members) AS members FROM groups ORDER BY group_id"
     )
-    return render(query(root, sql))
+    return render(query(tables, sql))
 
 
-def describe_group(root: Any, group_id: str) -> str | None:
-    rows = query(root, f"SELECT * FROM groups WHERE group_id = {_quote(group_id)}").to_pylist()
+def describe_group(tables: Tables, group_id: str) -> str | None:
+    rows = query(tables, f"SELECT * FROM groups WHERE group_id = {_quote(group_id)}").to_pylist()
     if not rows:
         return None
     group = rows[0]
@@ -52,21 +54,21 @@ def describe_group(root: Any, group_id: str) -> str | None:
         ]
     )
     lines.append(render(table) if members else "(no members)")
-    offsets = _offsets(root, group_id)
+    offsets = _offsets(tables, group_id)
     if offsets:
         lines += ["", render(pa.Table.from_pylist(offsets))]
     return "\n".join(lines)
 
 
-def _offsets(root: Any, group_id: str) -> list[dict[str, Any]]:
+def _offsets(tables: Tables, group_id: str) -> list[dict[str, Any]]:
     """The latest successful commit per partition, from the decisions' offset_commit rows."""
     sql = (
         "SELECT decided_at_ms, offsets FROM decisions WHERE type = 'offset_commit' AND"
         f" error_code = 0 AND group_id = {_quote(group_id)} ORDER BY decided_at_ms"
     )
     try:
-        rows = query(root, sql).to_pylist()
-    except Exception:
+        rows = query(tables, sql).to_pylist()
+    except CommandError:  # no decisions table yet: no offsets to show
         return []
     latest: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
@@ -82,24 +84,21 @@ def _offsets(root: Any, group_id: str) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m controlplane groups", description=__doc__.split("\n\n")[1]
-    )
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
     sub = parser.add_subparsers(dest="command", required=True)
     add_location_args(sub.add_parser("list", help="every group with its state"))
     describe = sub.add_parser("describe", help="one group: state, members, committed offsets")
     describe.add_argument("group")
     add_location_args(describe)
     args = parser.parse_args(argv)
-    root = tables_root(args)
     try:
+        tables = locate(args)
         if args.command == "list":
-            print(list_groups(root))
+            print(list_groups(tables))
             return 0
-        text = describe_group(root, args.group)
-    except Exception as exc:
-        print(f"groups: cannot read the groups table under {root}: {exc}", file=sys.stderr)
-        return 1
+        text = describe_group(tables, args.group)
+    except CommandError as error:
+        return error.report(PROG)
     if text is None:
         print(f"Consumer group '{args.group}' does not exist.", file=sys.stderr)
         return 1

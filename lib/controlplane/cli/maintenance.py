@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controlplane.cli.tables import add_location_args, table_paths, tables_root
+from controlplane.cli.tables import CommandError, add_location_args, locate, no_tables, table_paths
+
+PROG = "python -m controlplane maintenance"
 
 DEFAULT_RETENTION_HOURS = 168
 
@@ -42,25 +44,25 @@ def maintain(path: str, retention_hours: int, *, dry_run: bool, force: bool) -> 
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m controlplane maintenance", description=__doc__.split("\n\n")[1]
-    )
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
     parser.add_argument("--retention-hours", type=int, default=DEFAULT_RETENTION_HOURS)
     parser.add_argument("--dry-run", action="store_true", help="list what vacuum would remove")
     parser.add_argument("--force", action="store_true", help="allow a retention below the table's")
     add_location_args(parser)
     args = parser.parse_args(argv)
-    root = tables_root(args)
-    tables = table_paths(root)
-    if not tables:
-        print(f"maintenance: no Delta tables under {root}", file=sys.stderr)
-        return 1
+    try:
+        location = locate(args)
+        tables = table_paths(location.root)
+        if not tables:
+            raise no_tables(location)
+    except CommandError as error:
+        return error.report(PROG)
     status = 0
     for name, path in tables.items():
         try:
             done = maintain(str(path), args.retention_hours, dry_run=args.dry_run, force=args.force)
             print(f"{name}: {done}")
         except Exception as exc:
-            print(f"{name}: failed: {exc}", file=sys.stderr)
+            print(f"{name}: failed: {' '.join(str(exc).split())}", file=sys.stderr)
             status = 1
     return status

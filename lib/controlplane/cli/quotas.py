@@ -9,11 +9,12 @@ the throttled ones, the total and largest throttle time, and rejected topics.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from controlplane.cli.tables import add_location_args, query, render, tables_root
+from controlplane.cli.tables import CommandError, Tables, add_location_args, locate, query, render
 from controlplane.core.config import DEFAULT_ENTITY
+
+PROG = "python -m controlplane quotas"
 
 
 def configured_entries(config_path: str | None, user: str) -> list[str]:
@@ -35,7 +36,7 @@ def configured_entries(config_path: str | None, user: str) -> list[str]:
     return lines
 
 
-def usage_by_key(root: Any, user: str) -> Any:
+def usage_by_key(tables: Tables, user: str) -> Any:
     quoted = "'" + user.replace("'", "''") + "'"
     sql = (
         "SELECT quota_key, client_id, max(quota_entity) AS quota_entity,"
@@ -46,26 +47,23 @@ def usage_by_key(root: Any, user: str) -> Any:
         f" FROM quota_decisions WHERE user = {quoted} GROUP BY quota_key, client_id"
         " ORDER BY quota_key, client_id"
     )
-    return query(root, sql)
+    return query(tables, sql)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m controlplane quotas", description=__doc__.split("\n\n")[1]
-    )
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
     sub = parser.add_subparsers(dest="command", required=True)
     describe = sub.add_parser("describe", help="a user's quota configuration and throttling")
     describe.add_argument("user")
     add_location_args(describe)
     args = parser.parse_args(argv)
-    root = tables_root(args)
-    for line in configured_entries(args.config, args.user):
-        print(line)
     try:
-        usage = usage_by_key(root, args.user)
-    except Exception as exc:
-        print(f"quotas: cannot read quota_decisions under {root}: {exc}", file=sys.stderr)
-        return 1
+        tables = locate(args)
+        for line in configured_entries(tables.config, args.user):
+            print(line)
+        usage = usage_by_key(tables, args.user)
+    except CommandError as error:
+        return error.report(PROG)
     if usage.num_rows == 0:
         print(f"No mutation requests recorded for user '{args.user}'.")
         return 0

@@ -1,14 +1,51 @@
-"""What the read-side commands share: finding the Delta tables and running SQL over them with
-delta-rs (DataFusion). No Spark: these commands start in a fraction of a second."""
+"""What the read-side commands share: finding the Delta tables, running SQL over them with
+delta-rs (DataFusion), and saying what went wrong in one line. No Spark: these commands start
+in a fraction of a second.
+
+Exit status: 0 answered; 1 could not answer (no tables where the configuration points, a query
+that failed); 2 the command line is wrong (arguments, a missing or invalid ``--config``, SQL
+that does not parse).
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controlplane.core.config import ConfigError
+
 DEFAULT_CONFIG = "conf/local.yaml"
 DEFAULT_TABLES = "out/local/tables"
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_MISSING_TABLE = re.compile(r"table '(?:[^'.]+\.)*([^'.]+)' not found")
+_PARSER_ERROR = re.compile(r"ParserError\(\"(.*)\"\)")
+
+
+class CommandError(Exception):
+    """What a read-side command says instead of a traceback: one line, and its exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(" ".join(message.split()))
+        self.status = status
+
+    def report(self, prog: str) -> int:
+        print(f"{prog}: {self}", file=sys.stderr)
+        return self.status
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """Where the tables are, the settings file read (if any), and why: for the messages."""
+
+    root: Path
+    config: str | None
+    origin: str
 
 
 def add_location_args(parser: argparse.ArgumentParser) -> None:
@@ -18,20 +55,37 @@ def add_location_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config",
-        help=f"settings file naming engine.tables_root (default {DEFAULT_CONFIG} if present)",
+        help=f"settings file naming engine.tables_root (default {DEFAULT_CONFIG} if present;"
+        " conf/demo.yaml for the tables `make demo` writes)",
     )
 
 
-def tables_root(args: argparse.Namespace) -> Path:
+def locate(args: argparse.Namespace) -> Tables:
+    """The tables ``--tables-root`` names, else those of the settings file (``--config``, else
+    conf/local.yaml when it exists). A missing or invalid settings file is a usage error."""
     if args.tables_root:
-        return Path(args.tables_root)
+        if args.config:
+            _configured_root(args.config)  # a file named on the command line must be valid
+        return Tables(Path(args.tables_root), args.config, "--tables-root")
     config = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
-    if config:
-        from controlplane.engine.options import parse_engine_options
-        from controlplane.settings import load_settings
+    if config is None:
+        origin = f"the default: no --config and no {DEFAULT_CONFIG} here"
+        return Tables(Path(DEFAULT_TABLES), None, origin)
+    return Tables(Path(_configured_root(config)), config, f"engine.tables_root of {config}")
 
-        return Path(parse_engine_options(load_settings(config)).tables_root)
-    return Path(DEFAULT_TABLES)
+
+def _configured_root(config: str) -> str:
+    from controlplane.engine.options import parse_engine_options
+    from controlplane.settings import load_settings
+
+    try:
+        settings = load_settings(config)  # its messages name the file
+    except ConfigError as error:
+        raise CommandError(str(error), EXIT_USAGE) from error
+    try:
+        return parse_engine_options(settings, config).tables_root
+    except ConfigError as error:
+        raise CommandError(f"{config}: {error}", EXIT_USAGE) from error
 
 
 def table_paths(root: Path) -> dict[str, Path]:
@@ -45,15 +99,59 @@ def table_paths(root: Path) -> dict[str, Path]:
     }
 
 
-def query(root: Path, sql: str) -> Any:
-    """Run ``sql`` with every table of ``root`` registered under its name; a pyarrow Table."""
+def no_tables(tables: Tables) -> CommandError:
+    """There is nothing under the root: say where we looked, why there, and where to look."""
+    elsewhere = [
+        f"{root} has tables: add --config {config}"
+        for config, root in _other_configured_roots(tables.root)
+    ]
+    engine = f"--config {tables.config}" if tables.config else "a configuration naming it"
+    hint = "; ".join(elsewhere) or (
+        f"run the engine with {engine} (`make demo` writes out/demo/tables, --config"
+        " conf/demo.yaml), or name other tables with --config FILE or --tables-root DIR"
+    )
+    return CommandError(f"no Delta tables under {tables.root} ({tables.origin}); {hint}")
+
+
+def _other_configured_roots(root: Path) -> list[tuple[str, Path]]:
+    """The settings files under conf/ whose tables_root differs from ``root`` and has tables."""
+    found = []
+    for config in sorted(Path("conf").glob("*.yaml")):
+        try:
+            other = Path(_configured_root(str(config)))
+        except CommandError:
+            continue
+        if other.resolve() != root.resolve() and table_paths(other):
+            found.append((str(config), other))
+    return found
+
+
+def query(tables: Tables, sql: str) -> Any:
+    """Run ``sql`` with every table of the root registered under its name; a pyarrow Table.
+    Raises CommandError saying which table is missing, or that the SQL does not parse."""
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
 
+    paths = table_paths(tables.root)
     builder = QueryBuilder()
-    for name, path in table_paths(root).items():
+    for name, path in paths.items():
         builder.register(name, DeltaTable(str(path)))
-    return pa.RecordBatchReader.from_stream(builder.execute(sql)).read_all()
+    try:
+        return pa.RecordBatchReader.from_stream(builder.execute(sql)).read_all()
+    except Exception as error:  # DataFusion planning/execution errors, as one line
+        text = " ".join(str(error).split())
+        parse = _PARSER_ERROR.search(text)
+        if parse:
+            raise CommandError(f"SQL syntax error: {parse.group(1)}", EXIT_USAGE) from error
+        missing = _MISSING_TABLE.search(text)
+        if missing and not paths:
+            raise no_tables(tables) from error
+        if missing:
+            raise CommandError(
+                f"no table {missing.group(1)!r} under {tables.root} ({tables.origin});"
+                f" it has {', '.join(paths)}"
+            ) from error
+        raise CommandError(f"query failed: {text}") from error
 
 
 def render(table: Any, max_width: int = 60) -> str:

@@ -1,5 +1,6 @@
 """The member's side of the classic group protocol, as pure functions: request bodies
-(events.md §1), the leader's assignment, and what an answer's error means for the client."""
+(docs/reference/events.md §1), the leader's assignment, and what an answer's error means for the
+client."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """How requests reach the coordinator and the quota, and how answers come back.
 
-A ``Transport`` sends one wire request (events.md §1 or §3) on a stream and calls back with the
-answer row (a ``decisions`` or ``quota_decisions`` row) carrying the same ``event_id``. The
-``Requester`` of each client numbers its requests, registers each as a pending call, sends it,
-and waits for it to complete (answer, reaper, or close). Adapters: ``InMemoryTransport`` (the
-real cores in process, driven by a clock; transport_memory.py) and ``FileTransport`` (the
-engine's landing directory and Delta tables; transport_files.py).
+A ``Transport`` sends one wire request (docs/reference/events.md §1 or §3) on a stream and calls
+back with the answer row (a ``decisions`` or ``quota_decisions`` row) carrying the same
+``event_id``. The ``Requester`` of each client numbers its requests, registers each as a pending
+call, sends it, and waits for it to complete (answer, reaper, or close). Adapters:
+``InMemoryTransport`` (the real cores in process, driven by a clock; transport_memory.py) and
+``FileTransport`` (the engine's landing directory and Delta tables; transport_files.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Settings of the state machines: Kafka's property names (events.md §7), validated once.
+"""Settings of the state machines: Kafka's property names (docs/reference/events.md §7), validated
+once.
 
 This module is pure: it validates a mapping that the shell loaded from YAML. Unknown keys and
 values of the wrong type are refused with a message naming the key. Engine and deployment
@@ -183,7 +184,8 @@ def _quota(raw: Mapping[str, Any]) -> QuotaConfig:
 
 
 def parse_settings(raw: Mapping[str, Any] | None) -> Settings:
-    """Validate a configuration mapping (events.md §7). Raises ConfigError naming the key."""
+    """Validate a configuration mapping (docs/reference/events.md §7). Raises ConfigError naming the
+    key."""
     raw = {} if raw is None else raw
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration must be a mapping of Kafka property names")

@@ -19,8 +19,9 @@ class TimedEvent:
     """A raw wire event (a parsed JSON object, or a text that was not one) and its handling time.
 
     ``time_ms`` is the event's clock candidate: ``event_time_ms`` in replay and event-time mode,
-    the arrival time clamped to the batch time in processing-time mode (events.md §6). The key's
-    clock is ``max(key clock, time_ms)``. ``line`` names the input position for error messages.
+    the arrival time clamped to the batch time in processing-time mode (docs/reference/events.md
+    §6). The key's clock is ``max(key clock, time_ms)``. ``line`` names the input position for error
+    messages.
     """
 
     event: Mapping[str, Any]

@@ -71,7 +71,8 @@ class QuotaRunners:
 
 class QuotaKeyer:
     """mapInPandas: the quota key of each raw mutation event, resolved from the current quota
-    configuration before keying (mutation-quota.md §4.2), then grouped by key or shard."""
+    configuration before keying (docs/reference/mutation-quota.md §4.2), then grouped by key or
+    shard."""
 
     def __init__(self, settings: SettingsSource, keying: Keying, shards: int) -> None:
         self.settings = settings

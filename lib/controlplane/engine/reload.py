@@ -6,7 +6,7 @@ logged and the last good settings stay in force, so a bad edit cannot stop the f
 
 Each new reading is folded over the last one with ``carry_removed_quotas``: a quota entry that
 disappears from the file stays as a rate-less entry, so its level type stays tracked, as Kafka
-never turns a quota level off once it was on (mutation-quota.md §4.3).
+never turns a quota level off once it was on (docs/reference/mutation-quota.md §4.3).
 
 Spark unpickles the state function (and so this object) afresh for every task, so the last
 reading cannot live in the object: it lives in the Python worker process, by path, and the first

@@ -1,4 +1,4 @@
-"""Spark schemas of events.md: the inputs, every output table (plus ``batch_id`` and
+"""Spark schemas of docs/reference/events.md: the inputs, every output table (plus ``batch_id`` and
 ``processed_at_ms``), the adapter's row envelope and the state blob; and their Arrow twins.
 
 Spark's types module is plain Python (no JVM), so the delta-rs sinks and the no-JVM tests
@@ -36,7 +36,7 @@ def _array(*fields: tuple[str, DataType]) -> ArrayType:
 
 ENGINE_COLUMNS: Final = (("batch_id", L), ("processed_at_ms", L))
 
-# --- inputs (events.md §1, §3) -------------------------------------------------------------
+# --- inputs (docs/reference/events.md §1, §3) -----------------------------------------------------
 COORDINATOR_REQUEST: Final = _struct(
     ("event_id", S),
     ("event_time_ms", L),
@@ -73,7 +73,7 @@ MUTATION_REQUEST: Final = _struct(
     ("topics", _array(("name", S), ("partitions", I))),
 )
 
-# --- outputs (events.md §2, §4) ------------------------------------------------------------
+# --- outputs (docs/reference/events.md §2, §4) ----------------------------------------------------
 GROUP_MEMBERS: Final = _array(
     ("member_id", S),
     ("group_instance_id", S),

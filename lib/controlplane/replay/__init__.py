@@ -1,5 +1,5 @@
 """Replay commands: feed a JSON Lines file of wire events through a core, write its rows.
 
-They import no Spark and no pandas (events.md §8); ``common`` holds what the group and quota
-replays share.
+They import no Spark and no pandas (docs/reference/events.md §8); ``common`` holds what the group
+and quota replays share.
 """

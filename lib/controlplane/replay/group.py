@@ -1,11 +1,11 @@
 """``python -m controlplane replay group --events FILE --out DIR [--config FILE] [--summary]``
 
-Feeds a JSON Lines file of coordinator requests (events.md §1), line by line and in file order,
-through the coordinator core (one in-memory shard holding every group; no encoding between
-events), and writes ``DIR/decisions.jsonl`` and ``DIR/group_events.jsonl``. Each group's clock
-is its events' ``event_time_ms`` (events.md §6); timers fire only when a later event or a
-``tick`` reaches them, so a replay never invents time past its last event. ``--summary`` prints
-what happened: rebalances, removals by reason, answers by error, requests left parked.
+Feeds a JSON Lines file of coordinator requests (docs/reference/events.md §1), line by line and in
+file order, through the coordinator core (one in-memory shard holding every group; no encoding
+between events), and writes ``DIR/decisions.jsonl`` and ``DIR/group_events.jsonl``. Each group's
+clock is its events' ``event_time_ms`` (docs/reference/events.md §6); timers fire only when a later
+event or a ``tick`` reaches them, so a replay never invents time past its last event. ``--summary``
+prints what happened: rebalances, removals by reason, answers by error, requests left parked.
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def _breakdown(counts: Counter[str], title: str) -> str:
 
 
 def count_parked(shard: CoordinatorShard) -> int:
-    """Joins and syncs that were never answered (events.md §2: still parked at the end)."""
+    """Joins and syncs that were never answered (docs/reference/events.md §2: still parked at the
+    end)."""
     total = 0
     for group_id in shard.group_ids:
         group = shard.group(group_id)

@@ -1,11 +1,12 @@
 """``python -m controlplane replay quota --events FILE --out DIR [--config FILE] [--summary]``
 
-Feeds a JSON Lines file of mutation requests (events.md §3), line by line and in file order,
-through the quota core (one in-memory session holding every bucket; no encoding between
-events), and writes ``DIR/quota_decisions.jsonl`` and ``DIR/throttle_events.jsonl`` (events.md
-§4). Each bucket's clock is its events' ``event_time_ms``; idle buckets are forgotten when a
-later event of theirs arrives more than an hour after their last recorded mutation. A bad line
-or field is answered with an INVALID_REQUEST row naming the field and line; the run goes on.
+Feeds a JSON Lines file of mutation requests (docs/reference/events.md §3), line by line and in file
+order, through the quota core (one in-memory session holding every bucket; no encoding between
+events), and writes ``DIR/quota_decisions.jsonl`` and ``DIR/throttle_events.jsonl``
+(docs/reference/events.md §4). Each bucket's clock is its events' ``event_time_ms``; idle buckets
+are forgotten when a later event of theirs arrives more than an hour after their last recorded
+mutation. A bad line or field is answered with an INVALID_REQUEST row naming the field and line; the
+run goes on.
 """
 
 from __future__ import annotations

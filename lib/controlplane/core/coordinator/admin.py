@@ -71,7 +71,7 @@ def delete_group(d: Draft, header: Header) -> None:
 
 
 def group_row(group: Group, now_ms: int) -> dict[str, Any]:
-    """The ``groups`` table row of events.md §2."""
+    """The ``groups`` table row of docs/reference/events.md §2."""
     fields = summary(group)
     members = [
         {name: getattr(m, name) for name in m.__slots__} for m in fields.pop("group_members")

@@ -1,4 +1,4 @@
-"""Decision rows (events.md §2) in Kafka's response shapes.
+"""Decision rows (docs/reference/events.md §2) in Kafka's response shapes.
 
 An answer is built from the request it answers (``ParkedRequest``: kept in the state while a
 join or sync is parked), so a late answer carries the request's own event id and time and

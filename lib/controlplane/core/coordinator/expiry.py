@@ -1,4 +1,5 @@
-"""What the heartbeat, join and sync timers do when they fire (group-coordinator.md §7, §3.7).
+"""What the heartbeat, join and sync timers do when they fire (docs/reference/group-coordinator.md
+§7, §3.7).
 
 Each handler runs with the draft's clock at the timer's own deadline.
 """

@@ -1,4 +1,4 @@
-"""Heartbeat (group-coordinator.md §5, GMM:5501-5616)."""
+"""Heartbeat (docs/reference/group-coordinator.md §5, GMM:5501-5616)."""
 
 from __future__ import annotations
 

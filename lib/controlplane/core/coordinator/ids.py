@@ -1,4 +1,5 @@
-"""Generated member ids (events.md §5): deterministic, so the same input gives the same rows."""
+"""Generated member ids (docs/reference/events.md §5): deterministic, so the same input gives the
+same rows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""JoinGroup (group-coordinator.md §3): validation order, new, pending and known members."""
+"""JoinGroup (docs/reference/group-coordinator.md §3): validation order, new, pending and known
+members."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LeaveGroup, single and batch (group-coordinator.md §6, GMM:5688-5995, KIP-345)."""
+"""LeaveGroup, single and batch (docs/reference/group-coordinator.md §6, GMM:5688-5995, KIP-345)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""OffsetCommit validation and storage, OffsetFetch, and retention (group-coordinator.md §8).
+"""OffsetCommit validation and storage, OffsetFetch, and retention
+(docs/reference/group-coordinator.md §8).
 
 Retention (this project's reading of Kafka's OffsetConfig and KIP-211): an Empty group's
 offsets, and the group with them, expire ``offsets.retention.minutes`` after the later of the

@@ -1,4 +1,5 @@
-"""Protocol compatibility and the protocol vote (group-coordinator.md §2, CG:1017, CG:1121)."""
+"""Protocol compatibility and the protocol vote (docs/reference/group-coordinator.md §2, CG:1017,
+CG:1121)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The three entry points of a rebalance (group-coordinator.md §2) and join completion.
+"""The three entry points of a rebalance (docs/reference/group-coordinator.md §2) and join
+completion.
 
 ``prepare_rebalance`` (GMM:4787), ``maybe_complete_join_phase`` (GMM:4107),
 ``maybe_prepare_rebalance_or_complete_join`` (GMM:4766) and ``complete_join`` (GMM:4466).

@@ -1,5 +1,6 @@
-"""What the coordinator emits (events.md §2): ``Decision`` rows (one per answered request) and
-``GroupEvent`` rows (the audit). Both are frozen values; ``to_row`` gives the wire's JSON object."""
+"""What the coordinator emits (docs/reference/events.md §2): ``Decision`` rows (one per answered
+request) and ``GroupEvent`` rows (the audit). Both are frozen values; ``to_row`` gives the wire's
+JSON object."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Static member replacement and fencing (group-coordinator.md §3.6, KIP-345, GMM:5098).
+"""Static member replacement and fencing (docs/reference/group-coordinator.md §3.6, KIP-345,
+GMM:5098).
 
 A join with an unknown member id and a known instance id replaces the old member id: the old
 id's parked join or sync is answered FENCED_INSTANCE_ID, the new id inherits the old record

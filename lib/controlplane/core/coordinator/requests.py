@@ -1,5 +1,6 @@
-"""Coordinator requests (events.md §1) as frozen values. The wire parser builds them; the
-state machine consumes them. Byte payloads stay base64 text: the coordinator never looks inside."""
+"""Coordinator requests (docs/reference/events.md §1) as frozen values. The wire parser builds them;
+the state machine consumes them. Byte payloads stay base64 text: the coordinator never looks
+inside."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A :class:`CoordinatorShard` holds the groups of one Spark key (one group under group keying,
 every group of a shard under shard keying) and feeds wire events to the one-group state
-machine (``machine``) under the clock rules of events.md §6:
+machine (``machine``) under the clock rules of docs/reference/events.md §6:
 
 * each group has its own clock, which never goes back: an event is handled at
   ``now = max(group clock, event time)``; before it, the group's due timers fire (each at its

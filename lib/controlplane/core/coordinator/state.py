@@ -1,4 +1,4 @@
-"""The state of one consumer group (group-coordinator.md §1) as immutable values.
+"""The state of one consumer group (docs/reference/group-coordinator.md §1) as immutable values.
 
 A ``Group`` is a frozen dataclass of tuples, comparable with ``==`` and encoded by ``codec``.
 Members keep insertion (join) order, which is the model's iteration order (§0.2-6). Timers are

@@ -1,4 +1,4 @@
-"""Opt-in extensions of the KIP-345 draft (group-coordinator.md §14), off by default.
+"""Opt-in extensions of the KIP-345 draft (docs/reference/group-coordinator.md §14), off by default.
 
 Registration timeout (§14.1): a static member whose session expires goes offline instead of
 being removed; when the earliest member still offline has been away for the timeout, every

@@ -1,4 +1,4 @@
-"""SyncGroup (group-coordinator.md §4, GMM:5222-5360)."""
+"""SyncGroup (docs/reference/group-coordinator.md §4, GMM:5222-5360)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def sync_error(d: Draft, request: SyncGroup) -> Errors | None:
 
 
 def _inconsistent(requested: str | None, group: str | None) -> bool:
-    """GMM isProtocolInconsistent: only two known values can disagree (spec §11 D8, Java). The
+    """GMM isProtocolInconsistent: only two known values can disagree (§11 D8, Java). The
     group has no protocol name in its initial rebalance nor after it turned Empty."""
     return requested is not None and group is not None and requested != group
 

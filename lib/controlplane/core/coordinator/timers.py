@@ -1,4 +1,4 @@
-"""Named deadlines (group-coordinator.md §0.2-2/3, events.md §6).
+"""Named deadlines (docs/reference/group-coordinator.md §0.2-2/3, docs/reference/events.md §6).
 
 A timer is keyed by (kind, member id); scheduling a key replaces its pending timer. Due timers
 fire in (deadline, scheduling sequence) order, each with the clock at its own deadline.

@@ -1,4 +1,4 @@
-"""The coordinator's wire parser: one JSON object (events.md §1) into a ``Request``.
+"""The coordinator's wire parser: one JSON object (docs/reference/events.md §1) into a ``Request``.
 
 A field that is missing, of the wrong JSON type, out of range, or not valid base64 makes the
 whole event an :class:`InvalidEvent`, which the runner answers with an INVALID_REQUEST (42)

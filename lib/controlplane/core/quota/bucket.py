@@ -1,8 +1,8 @@
 """Kafka's ``TokenBucket`` stat (KIP-599) as pure functions on IEEE doubles.
 
-Every operation is written in the order Kafka evaluates it (mutation-quota.md §1), so results
-match bit for bit, including at the boundaries where floating point makes the outcome depend on
-how many touches happened (§1.7):
+Every operation is written in the order Kafka evaluates it (docs/reference/mutation-quota.md §1), so
+results match bit for bit, including at the boundaries where floating point makes the outcome depend
+on how many touches happened (§1.7):
 
 * burst  ``B = (S * (W * 1000 / 1000.0)) * Q``;
 * refill ``tokens = min(B, tokens + Q * ((now_ms - last_update_ms) / 1000.0))``;
@@ -49,7 +49,8 @@ class Bucket:
 
     @property
     def clock_ms(self) -> int:
-        """The key's clock (events.md §6): the latest time any event of the key was handled at.
+        """The key's clock (docs/reference/events.md §6): the latest time any event of the key was
+        handled at.
 
         ``handled_ms`` alone is that time; the maximum also covers states written before it was
         kept (0 there), whose last touch or creation was the latest handling time they knew."""

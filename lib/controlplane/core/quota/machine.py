@@ -1,4 +1,4 @@
-"""One mutation request against one quota key's bucket (mutation-quota.md §2-§4).
+"""One mutation request against one quota key's bucket (docs/reference/mutation-quota.md §2-§4).
 
 ``handle`` is the whole transition: ``(bucket, request, resolution, config, now) -> (bucket,
 decision, throttle event)``. It never reads a clock and never mutates its inputs.

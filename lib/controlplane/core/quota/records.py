@@ -1,6 +1,6 @@
-"""What the quota emits (events.md §4): one ``QuotaDecision`` per answered request and one
-``ThrottleEvent`` per request that was throttled or had a topic rejected. ``to_row`` gives the
-wire's JSON object."""
+"""What the quota emits (docs/reference/events.md §4): one ``QuotaDecision`` per answered request
+and one ``ThrottleEvent`` per request that was throttled or had a topic rejected. ``to_row`` gives
+the wire's JSON object."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Mutation requests (events.md §3) as frozen values. The wire parser builds them."""
+"""Mutation requests (docs/reference/events.md §3) as frozen values. The wire parser builds them."""
 
 from __future__ import annotations
 

@@ -117,7 +117,7 @@ class QuotaSession:
 
     def _clock_of(self, raw: Mapping[str, Any]) -> int | None:
         """The clock of a malformed event's key, when its user and client_id name one that has
-        a bucket (the engine keys the event there, events.md §6)."""
+        a bucket (the engine keys the event there, docs/reference/events.md §6)."""
         if not isinstance(raw, Mapping):
             return None
         user, client_id = raw.get("user"), raw.get("client_id")

@@ -1,4 +1,5 @@
-"""Parse a mutation event (events.md §3) into a ``MutationRequest``, or say what is wrong.
+"""Parse a mutation event (docs/reference/events.md §3) into a ``MutationRequest``, or say what is
+wrong.
 
 A bad event becomes an ``Invalid`` naming the field (``topics[2].partitions``) and the problem;
 the runner answers it with an INVALID_REQUEST (42) row whose message also names the input line.
@@ -146,7 +147,8 @@ def _parse(event: Mapping[str, Any]) -> MutationRequest:
 
 
 def parse_request(event: Mapping[str, Any]) -> MutationRequest | Invalid:
-    """The request, or the first problem found (fields in the order of events.md §3)."""
+    """The request, or the first problem found (fields in the order of docs/reference/events.md
+    §3)."""
     if type(event) is not dict and not isinstance(event, Mapping):
         return Invalid("event", f"expected a JSON object, got {_kind(event)}")
     try:
