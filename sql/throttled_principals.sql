@@ -1,9 +1,10 @@
 -- Principals throttled by the controller mutation quota (KIP-599) and their throttle time.
-SELECT "user", quota_key,
+-- (`user` is qualified as t.user: DataFusion and Spark quote identifiers differently.)
+SELECT t.user, t.quota_key,
        count(*) AS throttled_requests,
-       sum(throttle_time_ms) AS throttle_ms_total,
-       max(throttle_time_ms) AS throttle_ms_max,
-       sum(cardinality(rejected_topics)) AS rejected_topics
-FROM throttle_events
-GROUP BY "user", quota_key
-ORDER BY throttle_ms_total DESC, "user"
+       sum(t.throttle_time_ms) AS throttle_ms_total,
+       max(t.throttle_time_ms) AS throttle_ms_max,
+       sum(cardinality(t.rejected_topics)) AS rejected_topics
+FROM throttle_events t
+GROUP BY t.user, t.quota_key
+ORDER BY throttle_ms_total DESC, t.user

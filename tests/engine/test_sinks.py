@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
@@ -166,85 +166,3 @@ def test_a_merge_that_keeps_losing_fails_the_batch(
         writer.write("groups", [group("g1", "Dead", deleted=True)], 1)
     assert writer.opened == 5
     assert writer.committed_version("groups") == 0  # nothing of batch 1: the restart redoes it
-
-
-# --- the native writer's MERGE, with Spark and Delta faked (no delta-spark jars here) ----------
-
-
-class FakeConf:
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-
-    def set(self, name: str, value: str) -> None:
-        self.values[name] = value
-
-    def unset(self, name: str) -> None:
-        self.values.pop(name, None)
-
-
-class FakeFrame:
-    columns: ClassVar[list[str]] = ["group_id", "group_state"]
-
-    def join(self, other: Any, on: str) -> FakeFrame:
-        return self
-
-    def alias(self, name: str) -> FakeFrame:
-        return self
-
-
-class FakeSpark:
-    def __init__(self) -> None:
-        self.conf = FakeConf()
-
-    def createDataFrame(self, data: Any, schema: Any = None) -> FakeFrame:
-        return FakeFrame()
-
-
-class FakeMerge:
-    """DeltaTable.forPath(...).alias().merge().when...().execute(), recording the session's
-    confs at execute."""
-
-    seen: ClassVar[list[dict[str, str]]] = []
-    fail: ClassVar[bool] = False
-
-    def __init__(self, spark: FakeSpark) -> None:
-        self.spark = spark
-
-    @classmethod
-    def isDeltaTable(cls, spark: Any, path: str) -> bool:
-        return True
-
-    @classmethod
-    def forPath(cls, spark: FakeSpark, path: str) -> FakeMerge:
-        return cls(spark)
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: self
-
-    def execute(self) -> None:
-        FakeMerge.seen.append(dict(self.spark.conf.values))
-        if FakeMerge.fail:
-            raise RuntimeError("ConcurrentAppendException")
-
-
-@pytest.mark.parametrize("fails", [False, True])
-def test_native_merge_sets_the_txn_confs_for_itself_only(
-    monkeypatch: pytest.MonkeyPatch, fails: bool
-) -> None:
-    """Delta applies the session's txnAppId/txnVersion to every later write until unset."""
-    import delta.tables
-
-    from controlplane.io.sinks import TXN_APP_ID_CONF, TXN_VERSION_CONF, NativeDeltaWriter
-
-    monkeypatch.setattr(delta.tables, "DeltaTable", FakeMerge)
-    monkeypatch.setattr(FakeMerge, "seen", [])
-    monkeypatch.setattr(FakeMerge, "fail", fails)
-    spark = FakeSpark()
-    writer = NativeDeltaWriter(spark, "/tables", "app-7")
-    if fails:
-        with pytest.raises(RuntimeError):
-            writer.write("groups", [group("g1", "Stable")], 12)
-    else:
-        assert writer.write("groups", [group("g1", "Stable")], 12)
-    assert FakeMerge.seen == [{TXN_APP_ID_CONF: "app-7", TXN_VERSION_CONF: "12"}]
-    assert spark.conf.values == {}

@@ -254,6 +254,7 @@ def test_a_merge_that_keeps_losing_fails_the_batch(
     with pytest.raises(Exception, match=r"(?i)concurrent"):
         writer.write("groups", [group("g1", "Dead", deleted=True)], 1)
     assert writer.attempts == 5
+    assert writer.spark.conf.get(TXN_APP_ID_CONF, None) is None  # unset after a failed MERGE too
     assert "g1" in {r["group_id"] for r in rs_rows(tmp_path / "groups")}  # nothing of batch 1
 
 

@@ -1,3 +1,5 @@
+-- Rebalances per group and hour (UTC).
+-- Spark SQL twin of sql/rebalances_per_group_hour.sql (timestamp_millis).
 SELECT group_id,
        date_trunc('HOUR', timestamp_millis(at_ms)) AS hour,
        count(*) AS rebalances
