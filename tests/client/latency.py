@@ -1,7 +1,8 @@
 """Transport wrappers that delay or lose traffic in virtual time: every request by a fixed
 latency, as the engine does (a request is only handled at the next micro-batch), only the answers
-of some request types (a slow answer path), or the answers of chosen requests (a lost answer).
-``HeartbeatsInFlight`` counts the heartbeats a member is waiting for."""
+of some request types (a slow answer path), the answers of chosen requests (a lost answer), or
+chosen requests themselves (a request lost on its way). ``HeartbeatsInFlight`` counts the
+heartbeats whose answers a member still listens for."""
 
 from __future__ import annotations
 
@@ -56,14 +57,20 @@ class DelayedCalls:
 
 
 class LatencyTransport:
-    """Hands every request on ``latency_ms`` after it was sent."""
+    """Hands every request (of the given types, if any) on ``latency_ms`` after it was sent."""
 
-    def __init__(self, inner: Transport, clock: Clock, latency_ms: int) -> None:
+    def __init__(
+        self, inner: Transport, clock: Clock, latency_ms: int, types: set[str] | None = None
+    ) -> None:
         self.inner = inner
         self.latency_ms = latency_ms
+        self.types = types
         self._calls = DelayedCalls(clock, "latency")
 
     def send(self, stream: Stream, request: Mapping[str, Any], on_answer: AnswerCallback) -> None:
+        if self.types is not None and request.get("type") not in self.types:
+            self.inner.send(stream, request, on_answer)
+            return
         copy = dict(request)
         self._calls.call_later(self.latency_ms, lambda: self.inner.send(stream, copy, on_answer))
 
@@ -126,6 +133,33 @@ class LostAnswers:
         self.inner.close()
 
 
+class LostRequests:
+    """Drops the requests ``lose`` picks: the coordinator never sees them, so they are never
+    answered (a network partition between the member and the engine)."""
+
+    def __init__(self, inner: Transport, lose: Callable[[Mapping[str, Any]], bool]) -> None:
+        self.inner = inner
+        self.lose = lose
+        self.lost: list[dict[str, Any]] = []
+
+    def send(self, stream: Stream, request: Mapping[str, Any], on_answer: AnswerCallback) -> None:
+        if self.lose(request):
+            self.lost.append(dict(request))
+            return
+        self.inner.send(stream, request, on_answer)
+
+    def forget(self, event_id: str) -> None:
+        self.inner.forget(event_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def sent_between(kind: str, from_ms: int, until_ms: int) -> Callable[[Mapping[str, Any]], bool]:
+    """Picks every request of type ``kind`` sent at or after ``from_ms`` and before ``until_ms``."""
+    return lambda r: r.get("type") == kind and from_ms <= r["event_time_ms"] < until_ms
+
+
 def first_of(kind: str, sent_from_ms: int) -> Callable[[Mapping[str, Any]], bool]:
     """Picks the first request of type ``kind`` sent at or after ``sent_from_ms``, once."""
     picked: list[str] = []
@@ -140,13 +174,15 @@ def first_of(kind: str, sent_from_ms: int) -> Callable[[Mapping[str, Any]], bool
 
 
 class HeartbeatsInFlight:
-    """Counts the heartbeats the member waits for: sent, neither answered to it nor forgotten
-    (a member forgets a request it stopped waiting for). ``most`` is the largest count seen."""
+    """Counts the heartbeats whose answers the member listens for: sent, neither answered to it
+    nor forgotten (a member forgets a request it stopped listening for). ``most`` is the largest
+    count seen, ``delivered`` the number of answers handed to the member."""
 
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
         self.waiting: set[str] = set()
         self.most = 0
+        self.delivered = 0
         self._lock = threading.Lock()
 
     def send(self, stream: Stream, request: Mapping[str, Any], on_answer: AnswerCallback) -> None:
@@ -162,6 +198,8 @@ class HeartbeatsInFlight:
             with self._lock:
                 waited = event_id in self.waiting
                 self.waiting.discard(event_id)
+                if waited:
+                    self.delivered += 1
             if waited:
                 on_answer(answer)
 

@@ -1,6 +1,8 @@
 """The heartbeat thread (KIP-62) when answers are lost or slow, on the real coordinator core with
 a virtual clock: a heartbeat goes out every heartbeat.interval.ms whatever became of the previous
-one, at most one is in flight, and the poll timeout is checked on every pass of the thread.
+one (one awaited at a time), an answer that comes after the next heartbeat was due is still
+acted upon if it is about the member's current generation, and the poll timeout is checked on
+every pass of the thread.
 
 Auto-commit is off in these tests: an OffsetCommit also keeps the session alive, and here only
 the heartbeats may."""
@@ -15,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from client.application import Runner
-from client.latency import HeartbeatsInFlight, LostAnswers, SlowAnswers, first_of
+from client.latency import (
+    HeartbeatsInFlight,
+    LatencyTransport,
+    LostAnswers,
+    LostRequests,
+    SlowAnswers,
+    first_of,
+    sent_between,
+)
 from controlplane.cli.demo import DEMO_CLIENT_DEFAULTS
 from controlplane.client.clock import VirtualClock
 from controlplane.client.config import ConsumerConfig, consumer_config
@@ -176,12 +186,13 @@ def test_the_poll_timeout_is_max_poll_interval_even_below_the_session_timeout(
     member.close()
 
 
-def test_at_most_one_heartbeat_is_in_flight_and_slow_answers_do_not_slow_the_heartbeats(
+def test_slow_answers_do_not_slow_the_heartbeats_and_each_answer_is_heard(
     clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
 ) -> None:
     # Every heartbeat answer takes 1.5 intervals: each heartbeat is given up when the next one
-    # is due (its late answer is ignored), so the member never waits for two at once, and the
-    # coordinator still gets one heartbeat per interval.
+    # is due, so the coordinator still gets one heartbeat per interval, but its answer is still
+    # listened for (it comes within request.timeout.ms): the member hears every answer, never
+    # listening for more than the two heartbeats sent within the last 1.5 intervals.
     slow = SlowAnswers(transport, clock, {"heartbeat"}, delay_ms=1_500)
     tracker = HeartbeatsInFlight(slow)
     app = Runner(clock, _member(tracker, clock, log, _config()))
@@ -191,10 +202,152 @@ def test_at_most_one_heartbeat_is_in_flight_and_slow_answers_do_not_slow_the_hea
     assert _before(sent, START_MS + 30_000) == list(
         range(JOINED_MS + 1_000, START_MS + 30_000, 1_000)
     )
-    assert tracker.most == 1
+    assert tracker.delivered == len(_before(sent, START_MS + 30_000 - 1_500))
+    assert tracker.most == 2
     assert transport.rows("group_events", kind="member_removed") == []
     assert member.state is MemberState.STABLE
     app.halt(clock)
+    member.close()
+    slow.close()
+
+
+def test_a_late_rebalance_in_progress_answer_makes_the_member_rejoin(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    # Every heartbeat answer of c1 takes 1.5 intervals. c2 joins: the coordinator answers c1's
+    # next heartbeat REBALANCE_IN_PROGRESS, and that answer comes after c1's following
+    # heartbeat was due. c1 acts on it and rejoins at once, well within the rebalance timeout
+    # (20 s), and generation 2 holds both members. The answer of the heartbeat sent in
+    # between (REBALANCE_IN_PROGRESS too, about generation 1) comes after c1 rejoined: no news.
+    slow = SlowAnswers(transport, clock, {"heartbeat"}, delay_ms=1_500)
+    c1 = Runner(clock, _member(slow, clock, log, _config()))
+    clock.sleep(5_500)
+    c1_gen1_id = c1.member.member_id
+    c2 = Runner(clock, _member(transport, clock, log, _config(client_id="c2")))
+    clock.sleep(15_000)
+    c2_join_ms = START_MS + 5_500
+    told = [  # heartbeats of generation 1 after c2 joined, before c1 rejoined
+        r
+        for r in transport.requests(type="heartbeat", member_id=c1_gen1_id, generation_id=1)
+        if r["event_time_ms"] > c2_join_ms
+    ]
+    for heartbeat in told:
+        (answer,) = transport.rows("decisions", event_id=heartbeat["event_id"])
+        assert answer["error"] == "REBALANCE_IN_PROGRESS"
+    first_ms, second_ms = (r["event_time_ms"] for r in told)
+    assert second_ms == first_ms + 1_000
+    rejoins = transport.requests(type="join", member_id=c1_gen1_id, client_id="c1")
+    assert [r["event_time_ms"] for r in rejoins[1:]] == [first_ms + 1_500]  # after second_ms
+    assert [e.detail for e in c1.member.events("heartbeat_error")] == ["REBALANCE_IN_PROGRESS"]
+    for app in (c1, c2):
+        assert app.member.state is MemberState.STABLE
+        assert app.member.generation.generation_id == 2
+        assert len(app.member.assignment()) == 2
+    assert transport.rows("group_events", kind="member_removed") == []
+    for app in (c1, c2):
+        app.halt(clock)
+        app.member.close()
+    slow.close()
+
+
+def _partitioned_member(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> tuple[Runner, LostRequests]:
+    """c1's heartbeat answers take 1.5 intervals; its heartbeats sent from +5.5 s to +17.5 s
+    never reach the coordinator, which removes it when its session (10 s) expires at +15 s.
+    The heartbeats at +18 s and +19 s are answered UNKNOWN_MEMBER_ID at +19.5 s and +20.5 s."""
+    slow = SlowAnswers(transport, clock, {"heartbeat"}, delay_ms=1_500)
+    partition = LostRequests(slow, sent_between("heartbeat", START_MS + 5_500, START_MS + 17_500))
+    return Runner(clock, _member(partition, clock, log, _config())), partition
+
+
+def test_a_late_unknown_member_id_for_the_current_generation_resets_the_member(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    # The UNKNOWN_MEMBER_ID about its current generation comes after the next heartbeat was
+    # due: the member resets (forgets its generation and member id) and rejoins as a new member.
+    app, partition = _partitioned_member(clock, log, transport)
+    clock.sleep(5_000)
+    old_id = app.member.member_id
+    clock.sleep(16_000)  # +21 s
+    (removed,) = transport.rows("group_events", kind="member_removed", member_id=old_id)
+    assert removed["reason"] == "session_timeout"
+    told = _heartbeats_ms(transport, old_id)[-2:]
+    assert told == [START_MS + 18_000, START_MS + 19_000]
+    errors = app.member.events("heartbeat_error")
+    assert [(e.at_ms, e.detail) for e in errors] == [(told[0] + 1_500, "UNKNOWN_MEMBER_ID")]
+    rejoin = transport.requests(type="join", client_id="c1")[2]  # after the first two
+    assert (rejoin["member_id"], rejoin["event_time_ms"]) == ("", told[0] + 1_500)
+    clock.sleep(10_000)
+    assert app.member.state is MemberState.STABLE
+    assert app.member.member_id not in ("", old_id)
+    assert app.member.generation.valid
+    assert len(app.member.assignment()) == 4
+    app.halt(clock)
+    app.member.close()
+    partition.close()
+
+
+def test_a_late_error_about_a_generation_the_member_already_left_is_ignored(
+    clock: VirtualClock, log: InMemoryLog
+) -> None:
+    # As above, but a group forms at once (no initial rebalance delay): the member, reset by
+    # the first UNKNOWN_MEMBER_ID at +19.5 s, has rejoined as a new member and is Stable when
+    # the second, about its old generation and member id, comes at +20.5 s.
+    coordinator = replace(SETTINGS.coordinator, group_initial_rebalance_delay_ms=0)
+    transport = InMemoryTransport(clock, Settings(coordinator=coordinator))
+    app, partition = _partitioned_member(clock, log, transport)
+    clock.sleep(5_000)
+    old_id = app.member.member_id
+    clock.sleep(14_800)  # +19.8 s: rejoined after the first UNKNOWN_MEMBER_ID
+    assert [e.detail for e in app.member.events("heartbeat_error")] == ["UNKNOWN_MEMBER_ID"]
+    assert app.member.state is MemberState.STABLE
+    new_id, new_generation = app.member.member_id, app.member.generation
+    assert new_id not in ("", old_id)
+    clock.sleep(10_000)  # the second UNKNOWN_MEMBER_ID came at +20.5 s
+    stale = transport.rows("decisions", type="heartbeat", error="UNKNOWN_MEMBER_ID")
+    assert [(r["member_id"], r["event_time_ms"]) for r in stale] == [
+        (old_id, START_MS + 18_000),
+        (old_id, START_MS + 19_000),
+    ]
+    assert [e.detail for e in app.member.events("heartbeat_error")] == ["UNKNOWN_MEMBER_ID"]
+    assert (app.member.member_id, app.member.generation) == (new_id, new_generation)
+    assert app.member.state is MemberState.STABLE
+    assert len(transport.requests(type="join", client_id="c1")) == 4  # two to join, two to rejoin
+    app.halt(clock)
+    app.member.close()
+    partition.close()
+    transport.close()
+
+
+def test_a_late_error_about_a_static_members_former_member_id_is_ignored(
+    clock: VirtualClock, log: InMemoryLog, transport: InMemoryTransport
+) -> None:
+    # A static member's heartbeats take 1.5 s to reach the coordinator. It stops polling: at its
+    # poll timeout (5 s) it forgets its generation and member id (a static member sends no
+    # LeaveGroup), and its next poll() rejoins with its group.instance.id: the group is Stable,
+    # so the coordinator gives it a new member id in the same generation. Its last heartbeat
+    # under the old member id reaches the coordinator after that and is answered
+    # FENCED_INSTANCE_ID: same generation id, another member id, so no news for the member.
+    slow = LatencyTransport(transport, clock, latency_ms=1_500, types={"heartbeat"})
+    member = _member(slow, clock, log, _config(group_instance_id="i-1", max_poll_interval_ms=5_000))
+    member.poll(10_000)
+    old_id, generation_id = member.member_id, member.generation.generation_id
+    last_poll_ms = clock.now_ms()
+    clock.sleep(5_200)  # poll timeout at +5 s
+    assert [e.at_ms for e in member.events("poll_timeout")] == [last_poll_ms + 5_000]
+    member.poll(1_000)  # rejoins
+    new_id = member.member_id
+    assert new_id not in ("", old_id)
+    assert member.generation.generation_id == generation_id
+    clock.sleep(2_000)
+    last_heartbeat = transport.requests(type="heartbeat", member_id=old_id)[-1]
+    (answer,) = transport.rows("decisions", event_id=last_heartbeat["event_id"])
+    assert answer["error"] == "FENCED_INSTANCE_ID"
+    assert answer["decided_at_ms"] > last_poll_ms + 5_200  # after the rejoin
+    assert member.events("heartbeat_error") == []
+    assert member.state is MemberState.STABLE
+    assert (member.member_id, member.generation.generation_id) == (new_id, generation_id)
     member.close()
     slow.close()
 

@@ -116,11 +116,10 @@ def test_heartbeat_coordinator_not_available_is_retried_without_a_rejoin() -> No
     member.close()
 
 
-def test_a_heartbeat_answer_coming_after_the_next_heartbeat_is_due_is_ignored() -> None:
-    # One heartbeat in flight at most: when the next one is due, an unanswered heartbeat is
-    # given up and its answer, should it come later, is dropped whatever it says.
+def _holding_the_first_heartbeat(held: list[str]) -> Responder:
+    """The scripted coordinator, but the first heartbeat is left unanswered (its event id is
+    put in ``held``) for the test to answer late."""
     coordinator = Coordinator()
-    held: list[str] = []
 
     def responder(stream: Stream, request: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if request["type"] == "heartbeat" and not held:
@@ -128,13 +127,79 @@ def test_a_heartbeat_answer_coming_after_the_next_heartbeat_is_due_is_ignored() 
             return None  # not answered (yet)
         return coordinator(stream, request)
 
-    clock, member, transport = _member(responder)
-    clock.sleep(2_500)  # heartbeats at +1 s (held) and +2 s (answered)
-    assert len(transport.requests("heartbeat")) == 2
-    assert transport.answer(held[0], _error("UNKNOWN_MEMBER_ID")) is False
+    return responder
+
+
+def _heartbeats_ms(transport: ScriptedTransport) -> list[int]:
+    return [r["event_time_ms"] for r in transport.requests("heartbeat")]
+
+
+def test_a_late_none_answer_changes_nothing() -> None:
+    # The heartbeat at +1 s is answered after the next one (+2 s) was due: the answer is still
+    # heard (it comes within request.timeout.ms) and, saying NONE, it is a successful heartbeat
+    # and nothing more: no rejoin, the heartbeats keep their schedule (not re-armed by it).
+    held: list[str] = []
+    clock, member, transport = _member(_holding_the_first_heartbeat(held))
+    joined_ms = clock.now_ms()
+    clock.sleep(2_500)
+    assert transport.answer(held[0], _error("NONE")) is True
+    clock.sleep(3_000)
+    assert _heartbeats_ms(transport) == [joined_ms + k * 1_000 for k in range(1, 6)]
     assert member.events("heartbeat_error") == []
-    assert member.member_id == MEMBER
-    assert member.generation.valid
+    assert (member.member_id, member.generation.generation_id) == (MEMBER, 1)
+    member.poll(0)
+    assert len(transport.requests("join")) == 1
+    member.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "member_id", "generation_valid"),
+    [
+        ("REBALANCE_IN_PROGRESS", MEMBER, True),
+        ("ILLEGAL_GENERATION", MEMBER, False),
+        ("UNKNOWN_MEMBER_ID", "", False),
+    ],
+)
+def test_a_late_heartbeat_error_about_the_current_generation_is_acted_upon(
+    error: str, member_id: str, generation_valid: bool
+) -> None:
+    # Answered after the next heartbeat was due, within request.timeout.ms: handled as a
+    # timely answer would be (rejoin needed; the resets), then the next poll() rejoins.
+    held: list[str] = []
+    clock, member, transport = _member(_holding_the_first_heartbeat(held))
+    clock.sleep(2_500)  # heartbeats at +1 s (held) and +2 s (answered)
+    answered_ms = clock.now_ms()
+    assert transport.answer(held[0], _error(error)) is True
+    clock.sleep(100)
+    errors = member.events("heartbeat_error")
+    assert [(e.at_ms, e.detail) for e in errors] == [(answered_ms, error)]
+    assert member.member_id == member_id
+    assert member.generation.valid is generation_valid
+    member.poll(1_000)
+    assert transport.requests("join")[-1]["member_id"] == member_id
+    assert member.generation.generation_id == 2
+    member.close()
+
+
+def test_a_late_fenced_instance_id_about_the_current_generation_fences_the_member() -> None:
+    held: list[str] = []
+    clock, member, transport = _member(_holding_the_first_heartbeat(held), group_instance_id="i-1")
+    clock.sleep(2_500)
+    assert transport.answer(held[0], _error("FENCED_INSTANCE_ID")) is True
+    clock.sleep(100)
+    assert member.state is MemberState.FENCED
+    with pytest.raises(FencedInstanceIdError):
+        member.poll(0)
+
+
+def test_a_heartbeat_answer_after_the_request_timeout_is_not_heard() -> None:
+    held: list[str] = []
+    clock, member, transport = _member(_holding_the_first_heartbeat(held), request_timeout_ms=5_000)
+    clock.sleep(6_500)  # the held heartbeat was sent at +1 s: given up for good at +6 s
+    assert transport.answer(held[0], _error("UNKNOWN_MEMBER_ID")) is False
+    clock.sleep(100)
+    assert member.events("heartbeat_error") == []
+    assert (member.member_id, member.generation.valid) == (MEMBER, True)
     member.close()
 
 

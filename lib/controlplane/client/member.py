@@ -5,8 +5,10 @@
   fetched so work resumes where the last owner stopped (``auto.offset.reset`` otherwise).
 * KIP-62: a background heartbeat thread keeps the session while the application works. It
   never blocks on an answer: a heartbeat goes out every ``heartbeat.interval.ms`` after the
-  previous send, one in flight at most (an unanswered one is given up when the next is due, its
-  late answer ignored). ``max.poll.interval.ms`` is the JoinGroup rebalance timeout and the
+  previous send, one awaited at a time (an unanswered one is given up when the next is due), and
+  the answer of any heartbeat that comes within ``request.timeout.ms`` of its send is handled,
+  if it is about the member's current generation (as Kafka's HeartbeatThread).
+  ``max.poll.interval.ms`` is the JoinGroup rebalance timeout and the
   poll timeout, checked on every pass; when ``poll()`` is not called within it the thread
   stops heartbeating and, for a dynamic member only, sends LeaveGroup (not waiting for the
   answer); the next ``poll()`` rejoins. Static members never send LeaveGroup (poll timeout or
@@ -117,7 +119,8 @@ class GroupMember:
         self._last_poll_ms = now_ms
         self._polling = False  # the application thread is inside poll()
         self._last_heartbeat_ms = now_ms  # when the last heartbeat was sent
-        self._heartbeat_call: tuple[p.Generation, PendingCall] | None = None  # in flight
+        # heartbeats whose answers are still heard (request.timeout.ms), oldest first
+        self._heartbeats: list[tuple[p.Generation, PendingCall]] = []
         self._leaves: list[tuple[str, PendingCall]] = []  # poll-timeout LeaveGroups in flight
         self._last_auto_commit_ms = now_ms
         self._auto_commits: list[tuple[p.Generation, PendingCall]] = []  # in flight
@@ -463,9 +466,9 @@ class GroupMember:
 
     def _heartbeat_loop(self) -> None:
         """AbstractCoordinator.HeartbeatThread: the thread never blocks on an answer. Each pass
-        takes in the answers that came (or gives up the heartbeat no longer awaited), checks the
-        poll timeout, sends a heartbeat when one is due, then sleeps until the next heartbeat,
-        the poll deadline, an answer or a state change, whichever comes first."""
+        takes in the answers that came (of any heartbeat still heard), checks the poll timeout,
+        sends a heartbeat when one is due, then sleeps until the next heartbeat, the poll
+        deadline, an answer or a state change, whichever comes first."""
         interval_ms = self.config.heartbeat_interval_ms
         while not self._closed_or_fenced():
             seen = self._version
@@ -481,11 +484,7 @@ class GroupMember:
             if now_ms >= poll_deadline_ms:
                 self._on_poll_timeout()
                 continue
-            due_ms = self._last_heartbeat_ms + interval_ms
-            if self._heartbeat_call is not None:
-                # the previous one is given up at its deadline, due_ms but for the clock reads
-                # between them: one heartbeat in flight at most
-                due_ms = max(due_ms, self._heartbeat_call[1].deadline_ms)
+            due_ms = self._last_heartbeat_ms + interval_ms  # whatever became of the last one
             if now_ms >= due_ms:
                 self._send_heartbeat(now_ms)
                 continue
@@ -499,32 +498,37 @@ class GroupMember:
 
     def _send_heartbeat(self, now_ms: int) -> None:
         """Send the heartbeat due ``heartbeat.interval.ms`` after the previous one was sent,
-        whatever became of that one. Its answer is awaited until the next one is due (at most
-        ``request.timeout.ms``): the reaper then gives it up, so a lost answer costs one
-        interval and at most one heartbeat is ever in flight."""
-        assert self._heartbeat_call is None, "the previous heartbeat is given up when this is due"
+        whatever became of that one: one heartbeat is awaited at a time, and an unanswered one
+        is given up when the next is due. Its answer is still heard until
+        ``request.timeout.ms`` after its send (then the reaper times the call out), and handled
+        when it comes, as Kafka's HeartbeatThread handles every answer within the request
+        timeout (see ``_on_heartbeat_answer``)."""
+        if self._heartbeats and not self._heartbeats[-1][1].done:
+            log.debug("%s: heartbeat unanswered after an interval", self.config.client_id)
         generation = self._generation
         self._last_heartbeat_ms = now_ms
-        wait_ms = min(self.config.heartbeat_interval_ms, self.config.request_timeout_ms)
         call = self._requester.start(
-            Stream.GROUP, p.heartbeat_body(self.config, generation), wait_ms
+            Stream.GROUP, p.heartbeat_body(self.config, generation), self.config.request_timeout_ms
         )
-        self._heartbeat_call = (generation, call)
+        self._heartbeats.append((generation, call))
 
     def _take_answers(self, now_ms: int) -> None:
-        """Reap what expired, then handle the heartbeat's outcome and the poll-timeout leaves'.
-        A heartbeat given up is forgotten: its late answer, if any, is ignored."""
+        """Reap what expired, then handle the outcomes of the heartbeats (oldest first) and of
+        the poll-timeout leaves."""
         self._requester.calls.reap(now_ms)
-        if self._heartbeat_call is not None and self._heartbeat_call[1].done:
-            generation, call = self._heartbeat_call
-            self._heartbeat_call = None
+        heard = []
+        for generation, call in self._heartbeats:
+            if not call.done:
+                heard.append((generation, call))
+                continue
             self._requester.forget(call)
             try:
                 answer = call.result()
-            except ClientError as error:  # given up (no answer in time) or closed
-                log.debug("%s: heartbeat given up: %s", self.config.client_id, error)
+            except ClientError as error:  # no answer within request.timeout.ms, or closed
+                log.debug("%s: heartbeat unanswered: %s", self.config.client_id, error)
             else:
                 self._on_heartbeat_answer(answer, generation)
+        self._heartbeats = heard
         pending = []
         for reason, call in self._leaves:
             if call.done:
@@ -534,6 +538,13 @@ class GroupMember:
         self._leaves = pending
 
     def _on_heartbeat_answer(self, answer: Mapping[str, Any], generation: p.Generation) -> None:
+        """Handle a heartbeat's answer, timely or late, idempotently. NONE (and a retriable
+        error) changes nothing: the next heartbeat is due an interval after the last send
+        whatever the answers say. An error that demands an action (REBALANCE_IN_PROGRESS: rejoin;
+        ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID: reset and rejoin; FENCED_INSTANCE_ID: fenced)
+        applies only while the member is still in the generation, with the member id, that the
+        heartbeat was sent with (Kafka's ``generationUnchanged``): an answer about a generation
+        the member has left, or rejoined since, is no news."""
         error = p.error_of(answer)
         action = p.action_for(error)
         if action is p.Action.OK or action is p.Action.RETRY:
@@ -554,9 +565,7 @@ class GroupMember:
 
     def _sleep_until(self, seen: int, until_ms: int) -> None:
         """Wait until ``until_ms``, a state change, or the end of a call the thread waits for."""
-        calls = [call for _, call in self._leaves]
-        if self._heartbeat_call is not None:
-            calls.append(self._heartbeat_call[1])
+        calls = [call for _, call in (*self._leaves, *self._heartbeats)]
         until_ms = min([until_ms, *(call.deadline_ms for call in calls)])
         self.clock.wait_for(
             lambda: (
