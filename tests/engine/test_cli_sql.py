@@ -21,9 +21,9 @@ def event(group: str, at_ms: int, kind: str, **extra: Any) -> dict[str, Any]:
     return {"group_id": group, "at_ms": at_ms, "kind": kind, **extra}
 
 
-@pytest.fixture
-def tables(tmp_path: Path) -> Path:
-    writer = DeltaRsWriter(tmp_path, "test")
+def write_read_side_tables(root: Path) -> Path:
+    """Small tables for every question in sql/, written by the engine's own (delta-rs) sink."""
+    writer = DeltaRsWriter(root, "test")
     writer.write(
         "group_events",
         [
@@ -147,7 +147,12 @@ def tables(tmp_path: Path) -> Path:
         ],
         0,
     )
-    return tmp_path
+    return root
+
+
+@pytest.fixture
+def tables(tmp_path: Path) -> Path:
+    return write_read_side_tables(tmp_path)
 
 
 def run_sql(tables: Path, file: str, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:

@@ -1,46 +1,30 @@
-"""``python -m controlplane maintenance [--retention-hours H] [--dry-run] [--tables-root DIR]``
+"""``python -m controlplane maintenance [--retention-hours H] [--dry-run] [--engine ENGINE]``
 
-Compacts the small files every micro-batch leaves (``OPTIMIZE``: delta-rs ``optimize.compact``)
-and removes files no longer referenced and older than the retention (``VACUUM``).
+Compacts the small files every micro-batch leaves (``OPTIMIZE``) and removes files no longer
+referenced and older than the retention (``VACUUM``), with delta-rs (no JVM, the default) or
+Spark SQL (``--engine spark``, the project's delta-spark jars).
 
 Retention: 168 hours (7 days) by default, Delta's own default
 (``delta.deletedFileRetentionDuration``). It bounds time travel: a reader or a query restarted
 from an older table version needs the files of that version, so never go below the longest
-expected outage plus the longest running query. delta-rs refuses less than the table's
-configured retention unless ``--force`` is given. On Databricks the scheduled maintenance job
-runs the same operations as SQL (``OPTIMIZE`` / ``VACUUM ... RETAIN 168 HOURS``;
-conf/bundle/resources/maintenance.job.yml, sql/databricks/maintenance.sql).
+expected outage plus the longest running query. Both engines refuse less than the table's
+configured retention unless ``--force`` is given. Tables registered in a catalog run the same
+statements as SQL (sql/spark/maintenance.sql).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from functools import partial
 
 from controlplane.cli.tables import CommandError, add_location_args, locate, no_tables, table_paths
+from controlplane.io.maintenance import maintain_deltars, maintain_spark
 
 PROG = "python -m controlplane maintenance"
 
 DEFAULT_RETENTION_HOURS = 168
-
-
-def maintain(path: str, retention_hours: int, *, dry_run: bool, force: bool) -> str:
-    from deltalake import DeltaTable
-
-    table = DeltaTable(path)
-    if dry_run:
-        compacted = "compaction skipped (dry run)"
-    else:
-        metrics = table.optimize.compact()
-        compacted = (
-            f"{metrics.get('numFilesRemoved', 0)} files compacted into "
-            f"{metrics.get('numFilesAdded', 0)}"
-        )
-    removed = table.vacuum(
-        retention_hours=retention_hours, dry_run=dry_run, enforce_retention_duration=not force
-    )
-    verb = "would remove" if dry_run else "removed"
-    return f"{compacted}; vacuum {verb} {len(removed)} files"
 
 
 def main(argv: list[str]) -> int:
@@ -48,6 +32,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--retention-hours", type=int, default=DEFAULT_RETENTION_HOURS)
     parser.add_argument("--dry-run", action="store_true", help="list what vacuum would remove")
     parser.add_argument("--force", action="store_true", help="allow a retention below the table's")
+    parser.add_argument(
+        "--engine",
+        choices=("delta-rs", "spark"),
+        default="delta-rs",
+        help="delta-rs (default, no JVM) or Spark SQL's OPTIMIZE and VACUUM",
+    )
     add_location_args(parser)
     args = parser.parse_args(argv)
     try:
@@ -55,14 +45,30 @@ def main(argv: list[str]) -> int:
         tables = table_paths(location.root)
         if not tables:
             raise no_tables(location)
+        maintain = _maintainer(args.engine)
     except CommandError as error:
         return error.report(PROG)
     status = 0
     for name, path in tables.items():
         try:
-            done = maintain(str(path), args.retention_hours, dry_run=args.dry_run, force=args.force)
+            done = maintain(
+                str(path.resolve()), args.retention_hours, dry_run=args.dry_run, force=args.force
+            )
             print(f"{name}: {done}")
         except Exception as exc:
             print(f"{name}: failed: {' '.join(str(exc).split())}", file=sys.stderr)
             status = 1
     return status
+
+
+def _maintainer(engine: str) -> Callable[..., str]:
+    if engine == "delta-rs":
+        return maintain_deltars
+    from controlplane.engine.session import build_local_session
+    from controlplane.jvm import MissingJvm
+
+    try:
+        spark = build_local_session("controlplane-maintenance", require_jars=True)
+    except MissingJvm as error:
+        raise CommandError(str(error)) from error
+    return partial(maintain_spark, spark)

@@ -1,6 +1,6 @@
 """What the read-side commands share: finding the Delta tables, running SQL over them with
-delta-rs (DataFusion), and saying what went wrong in one line. No Spark: these commands start
-in a fraction of a second.
+delta-rs (DataFusion), or with Spark SQL when asked, and saying what went wrong in one line.
+Without ``--engine spark`` there is no JVM: these commands start in a fraction of a second.
 
 Exit status: 0 answered; 1 could not answer (no tables where the configuration points, a query
 that failed); 2 the command line is wrong (arguments, a missing or invalid ``--config``, SQL
@@ -150,6 +150,48 @@ def query(tables: Tables, sql: str) -> Any:
             raise CommandError(
                 f"no table {missing.group(1)!r} under {tables.root} ({tables.origin});"
                 f" it has {', '.join(paths)}"
+            ) from error
+        raise CommandError(f"query failed: {text}") from error
+
+
+def spark_twin(path: Path) -> Path:
+    """The Spark SQL twin of a file under sql/ (sql/spark/<name>) when there is one."""
+    twin = path.parent / "spark" / path.name
+    return twin if twin.is_file() else path
+
+
+def query_spark(tables: Tables, sql: str) -> Any:
+    """Run ``sql`` with Spark SQL over the same tables (each registered as a temporary view
+    by its name); a pyarrow Table. Needs the project's jars (``make setup``)."""
+    from controlplane.engine.session import build_local_session
+    from controlplane.jvm import MissingJvm
+
+    paths = table_paths(tables.root)
+    if not paths:
+        raise no_tables(tables)
+    try:
+        spark = build_local_session("controlplane-sql", master="local[1]", require_jars=True)
+    except MissingJvm as error:
+        raise CommandError(str(error)) from error
+    for name, path in paths.items():
+        spark.read.format("delta").load(str(path.resolve())).createOrReplaceTempView(name)
+    return spark_sql(spark, sql, tables, list(paths))
+
+
+def spark_sql(spark: Any, sql: str, tables: Tables, names: list[str]) -> Any:
+    from pyspark.errors import AnalysisException, ParseException
+
+    try:
+        return spark.sql(sql).toArrow()
+    except ParseException as error:
+        first = str(error).strip().splitlines()[0]
+        raise CommandError(f"SQL syntax error: {first}", EXIT_USAGE) from error
+    except AnalysisException as error:
+        text = " ".join(str(error).split())
+        if "TABLE_OR_VIEW_NOT_FOUND" in text:
+            raise CommandError(
+                f"{text.split(' SQLSTATE')[0]} under {tables.root} ({tables.origin});"
+                f" it has {', '.join(names)}"
             ) from error
         raise CommandError(f"query failed: {text}") from error
 
