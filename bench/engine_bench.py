@@ -2,7 +2,7 @@
 10,000 groups. Prints figures; asserts nothing about speed.
 
     PYTHONPATH=lib .venv/bin/python bench/engine_bench.py [--groups 100,1000,10000]
-        [--keyings group,shard] [--seconds 20] [--out out/bench]
+        [--keyings group,shard] [--writers delta-rs,native] [--seconds 20] [--out out/bench]
 
 Workload per group (one dynamic member, JoinGroup v3, initial rebalance delay 0): a join, a
 sync one second later, then a heartbeat every 3 s; one group in ten goes silent after its sync
@@ -13,6 +13,8 @@ Figures per run:
 * offered and sustained events/s (events / (last decision committed - first file dropped));
 * latency p50/p99: ``processed_at_ms`` of the decision's batch - the request's drop time;
 * timer lateness p50/p99/max: ``processed_at_ms`` of a session-timeout removal - its deadline;
+* the foreachBatch time per batch (Spark's ``addBatch`` duration: the Delta writes), p50/p90,
+  to compare the two writers (``--writers``);
 * the core's events/s on the same events (CoordinatorRunner in-process, one call per key per
   file, state encoded between calls) and the ratio engine / core.
 """
@@ -126,7 +128,12 @@ def read(path: Path) -> list[dict[str, Any]]:
 
 
 def run_engine(
-    spark: Any, slots: list[list[dict[str, Any]]], keying: str, shards: int, out: Path
+    spark: Any,
+    slots: list[list[dict[str, Any]]],
+    keying: str,
+    shards: int,
+    out: Path,
+    writer: str = "delta-rs",
 ) -> dict[str, Any]:
     from controlplane.core.config import parse_settings
     from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
@@ -141,7 +148,7 @@ def run_engine(
         shards=shards,
         checkpoint_root=str(out / "checkpoints"),
         tables_root=str(out / "tables"),
-        writer="delta-rs",
+        writer=writer,
         coordinator_source=SourceOptions(
             format="jsonl",
             path=str(landing),
@@ -183,6 +190,9 @@ def run_engine(
             600,
         )
     finally:
+        add_batch_ms = [
+            p["durationMs"].get("addBatch", 0) for p in query.recentProgress if p["numInputRows"]
+        ]
         query.stop()
         spark.streams.removeListener(listener)
     decisions = [r for r in read(tables / "decisions") if r["group_id"] != "warm"]
@@ -213,6 +223,8 @@ def run_engine(
         "removals": len(removals),
         "errors": dict(errors),
         "batches": len(progress),
+        "add_batch_p50_ms": percentile(add_batch_ms, 0.5),
+        "add_batch_p90_ms": percentile(add_batch_ms, 0.9),
     }
 
 
@@ -232,18 +244,22 @@ def _wait(check: Any, deadline_s: float) -> None:
 
 
 HEADER = (
-    "groups keying   events  offered/s  engine/s  core/s  ratio  lat_p50  lat_p99"
-    "  late_p50  late_p99  late_max  batches  errors"
+    "groups keying  writer    events  offered/s  engine/s  core/s  ratio  lat_p50  lat_p99"
+    "  late_p50  late_p99  late_max  batches  write_p50  write_p90  errors"
 )
 
 
-def line(groups: int, keying: str, offered: float, core: float, f: dict[str, Any]) -> str:
+def line(
+    groups: int, keying: str, writer: str, offered: float, core: float, f: dict[str, Any]
+) -> str:
     eps = f["sustained_eps"]
     return (
-        f"{groups:6d} {keying:7s} {f['events']:7d} {offered:9.0f} {eps:9.0f} {core:7.0f}"
+        f"{groups:6d} {keying:7s} {writer:8s} {f['events']:7d} {offered:9.0f} {eps:9.0f}"
+        f" {core:7.0f}"
         f" {eps / core:6.3f} {f['latency_p50_ms']:8.0f} {f['latency_p99_ms']:8.0f}"
         f" {f['lateness_p50_ms']:9.0f} {f['lateness_p99_ms']:9.0f} {f['lateness_max_ms']:9.0f}"
-        f" {f['batches']:8d}  {json.dumps(f['errors'])}"
+        f" {f['batches']:8d} {f['add_batch_p50_ms']:10.0f} {f['add_batch_p90_ms']:10.0f}"
+        f"  {json.dumps(f['errors'])}"
     )
 
 
@@ -251,6 +267,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", default="100,1000,10000")
     parser.add_argument("--keyings", default="group,shard")
+    parser.add_argument("--writers", default="delta-rs", help="delta-rs and/or native")
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--out", default="out/bench/engine")
@@ -260,16 +277,19 @@ def main() -> int:
     )
     from controlplane.engine.session import build_local_session
 
-    spark = build_local_session("engine-bench", shuffle_partitions=4)
+    spark = build_local_session(
+        "engine-bench", shuffle_partitions=4, require_jars="native" in args.writers
+    )
     print(HEADER)
     for groups in [int(g) for g in args.groups.split(",")]:
         slots = workload(groups, args.seconds)
         offered = sum(len(s) for s in slots) / args.seconds
         for keying in args.keyings.split(","):
             core = core_rate(slots, keying, args.shards)
-            out = Path(args.out) / f"{keying}-{groups}"
-            figures = run_engine(spark, slots, keying, args.shards, out)
-            print(line(groups, keying, offered, core, figures), flush=True)
+            for writer in args.writers.split(","):
+                out = Path(args.out) / f"{keying}-{groups}-{writer}"
+                figures = run_engine(spark, slots, keying, args.shards, out, writer)
+                print(line(groups, keying, writer, offered, core, figures), flush=True)
     spark.stop()
     return 0
 
