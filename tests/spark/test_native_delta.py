@@ -210,14 +210,20 @@ class RacedByACompaction(NativeDeltaWriter):
 
         self.attempts += 1
         target, marker = self.path(table), str(self.marker)
+        attempt = f"{marker}-{self.attempts}"  # a MERGE may scan its source more than once
 
         def commit_under_the_merge(group_id: str) -> bool:
+            import os
             from pathlib import Path as WorkerPath
 
             from deltalake import write_deltalake
 
             from controlplane.io.sinks import to_arrow
 
+            try:  # one task of this attempt wins; the others (and later scans) pass
+                os.close(os.open(attempt, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return True
             left = int(WorkerPath(marker).read_text())
             if left > 0:
                 WorkerPath(marker).write_text(str(left - 1))

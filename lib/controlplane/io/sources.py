@@ -114,8 +114,14 @@ def _kafka(spark: Any, options: SourceOptions) -> Any:  # pragma: no cover - nee
     )
 
 
-def _delta(spark: Any, options: SourceOptions) -> Any:  # pragma: no cover - needs delta-spark
-    """A Delta table of events: a ``raw`` text column, or typed columns turned back into JSON."""
+def _delta(spark: Any, options: SourceOptions) -> Any:
+    """A Delta table of events: a ``raw`` text column, or typed columns turned back into JSON.
+
+    A table has no row order; the order a key's events are handed to the core in is the
+    landing directory's: (file modification time, file, position in the file). A producer that
+    appends one key's events commit after commit gets them in that order; within one commit,
+    the order of rows across files is not defined (docs/engine.md, "Sources").
+    """
     from pyspark.sql import functions as F
 
     frame = (
@@ -123,13 +129,14 @@ def _delta(spark: Any, options: SourceOptions) -> Any:  # pragma: no cover - nee
         .option("maxFilesPerTrigger", options.max_files_per_trigger)
         .load(options.path)
     )
-    raw = F.col("raw") if "raw" in frame.columns else F.to_json(F.struct(*frame.columns))
-    principal = F.col("principal") if "principal" in frame.columns else F.lit(None)
+    columns = [name for name in frame.columns if name != "_metadata"]
+    raw = F.col("raw") if "raw" in columns else F.to_json(F.struct(*columns))
+    principal = F.col("principal") if "principal" in columns else F.lit(None)
     located = frame.select(
         raw.alias("raw"),
-        F.lit(options.path).alias("source"),
-        F.unix_millis(F.current_timestamp()).alias("arrival_time_ms"),
-        F.lit(0).cast("long").alias("seq"),
+        F.col("_metadata.file_path").alias("source"),
+        F.unix_millis(F.col("_metadata.file_modification_time")).alias("arrival_time_ms"),
+        F.col("_metadata.file_block_start").alias("seq"),
         principal.cast("string").alias("principal"),
     )
     return located.mapInPandas(number_lines, RAW_SCHEMA)
