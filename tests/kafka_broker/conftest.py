@@ -5,7 +5,10 @@ with it). Missing Java or jars fail the tests that need it, with one line naming
 
 ``group.initial.rebalance.delay.ms`` is 0 so that joins in tests do not wait; the other static
 group settings are Kafka's defaults. A test that needs other static settings starts its own
-``LocalBroker``.
+``LocalBroker``. A test that changes broker-wide state (a user's quota) undoes it.
+
+(The folder is not called ``tests/kafka``: with ``tests`` on the path, a package ``kafka``
+there would hide kafka-python.)
 """
 
 from __future__ import annotations
