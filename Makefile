@@ -13,7 +13,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PYTHONPATH := $(abspath lib):$(abspath tests)
 
-.PHONY: help setup demo test test-fast test-spark lint bench replay-sample clean
+.PHONY: help setup demo kafka test test-fast test-spark test-kafka lint bench replay-sample clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -40,6 +40,9 @@ setup: $(STAMP) $(JARSTAMP) ## create .venv, install the pinned Python packages 
 demo: $(STAMP) $(JARSTAMP) ## set up, then run the main job on the embedded local default
 	$(BIN)/python -m controlplane demo --config conf/demo.yaml
 
+kafka: $(STAMP) $(JARSTAMP) ## run a local Kafka broker for the jobs (Ctrl-C stops it; options: KAFKA_ARGS="--topic NAME:3")
+	$(BIN)/python -m controlplane kafka-broker $(KAFKA_ARGS)
+
 replay-sample: $(STAMP) ## replay the sample events in conf/ through the group and quota cores
 	$(BIN)/python -m controlplane replay group --events conf/sample/group_events.jsonl --out out/replay-group --config conf/local.yaml
 	$(BIN)/python -m controlplane replay quota --events conf/sample/quota_events.jsonl --out out/replay-quota --config conf/local.yaml
@@ -50,14 +53,17 @@ lint: $(STAMP) ## ruff, mypy and the import contracts that keep the core pure
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) $(JARSTAMP) lint ## set up, lint, then run every test (unit, property, Spark)
+test: $(STAMP) $(JARSTAMP) lint ## set up, lint, then run every test (unit, property, Spark, Kafka)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP) ## the tests that need no JVM
-	$(BIN)/python -m pytest -q -m "not spark"
+	$(BIN)/python -m pytest -q -m "not spark and not kafka"
 
 test-spark: $(STAMP) $(JARSTAMP) ## only the Spark integration tests
 	$(BIN)/python -m pytest -q -m spark
+
+test-kafka: $(STAMP) $(JARSTAMP) ## only the tests against a local Kafka broker
+	$(BIN)/python -m pytest -q -m kafka
 
 bench: $(STAMP) $(JARSTAMP) ## benchmarks that print figures (see docs/benchmarks.md)
 	$(BIN)/python bench/run.py

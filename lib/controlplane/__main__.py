@@ -23,6 +23,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("quotas",): ("controlplane.cli.quotas", "describe a principal's quota (kafka-configs)"),
     ("maintenance",): ("controlplane.cli.maintenance", "compact and vacuum the Delta tables"),
     ("demo",): ("controlplane.cli.demo", "the main job: engine + a fleet of real clients, locally"),
+    ("kafka-broker",): (
+        "controlplane.cli.kafka_broker",
+        "a local single-node Kafka broker for the jobs (Ctrl-C stops it)",
+    ),
 }
 
 
