@@ -5,6 +5,7 @@ that either side reads and writes."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,9 @@ class RacedByACompaction(NativeDeltaWriter):
 
     def __init__(self, spark: Any, root: Path, races: int) -> None:
         super().__init__(spark, str(root), "app")
+        # Delta materializes a MERGE's source before its transaction reads the table unless told
+        # not to: then the source is scanned inside the transaction, where a commit conflicts.
+        self.spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         self.marker = root / "races-left"
         self.marker.write_text(str(races))
         self.attempts = 0
@@ -210,7 +214,7 @@ class RacedByACompaction(NativeDeltaWriter):
 
         self.attempts += 1
         target, marker = self.path(table), str(self.marker)
-        attempt = f"{marker}-{self.attempts}"  # a MERGE may scan its source more than once
+        attempt = f"{marker}-{uuid.uuid4().hex}"  # a MERGE may scan its source more than once
 
         def commit_under_the_merge(group_id: str) -> bool:
             import os
