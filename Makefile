@@ -13,7 +13,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PYTHONPATH := $(abspath lib):$(abspath tests)
 
-.PHONY: help setup demo kafka test test-fast test-spark test-kafka lint bench replay-sample clean
+.PHONY: wheel-check help setup demo kafka test test-fast test-spark test-kafka lint bench replay-sample clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -53,8 +53,15 @@ lint: $(STAMP) ## ruff, mypy and the import contracts that keep the core pure
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) $(JARSTAMP) lint ## set up, lint, then run every test (unit, property, Spark, Kafka)
+test: $(STAMP) $(JARSTAMP) lint wheel-check ## set up, lint, then run every test (unit, property, Spark, Kafka)
 	$(BIN)/python -m pytest -q
+
+wheel-check: $(STAMP) ## the wheel installs on Python 3.12 (Databricks Runtime 17.3 LTS), resolved offline of this venv
+	@rm -rf build/wheel-check && mkdir -p build/wheel-check
+	$(BIN)/pip wheel --quiet --no-deps . -w build/wheel-check
+	$(BIN)/pip install --quiet --dry-run --ignore-installed --python-version 3.12 \
+	  --only-binary=:all: --report build/wheel-check/report.json build/wheel-check/*.whl
+	@$(BIN)/python -c "import json; r = json.load(open('build/wheel-check/report.json')); print('wheel-check: Python 3.12 resolves', ', '.join(i['metadata']['name'] + ' ' + i['metadata']['version'] for i in r['install']))"
 
 test-fast: $(STAMP) ## the tests that need no JVM
 	$(BIN)/python -m pytest -q -m "not spark and not kafka"
