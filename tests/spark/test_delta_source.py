@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +43,13 @@ def test_a_delta_source_is_answered_as_the_replay(spark: Any, tmp_path: Path) ->
     lines = events.read_text().splitlines()
     table = str(tmp_path / "requests")
     half = len(lines) // 2
-    for chunk in (lines[:half], lines[half:]):  # two commits, one key's events in commit order
-        write_deltalake(table, pa.table({"raw": chunk}), mode="append")
-        time.sleep(1.1)  # file modification times order the commits
+    for chunk in (lines[:half], lines[half:]):  # two commits: a key's events in commit order
+        write_deltalake(
+            table,
+            pa.table({"raw": chunk}),
+            mode="append",
+            configuration={"delta.enableChangeDataFeed": "true"},
+        )
     base = event_time_options(tmp_path, Keying.SHARD, "native")
     options = dataclasses.replace(
         base, coordinator_source=SourceOptions(format="delta", path=table)

@@ -181,6 +181,7 @@ def query_spark(tables: Tables, sql: str) -> Any:
 def spark_sql(spark: Any, sql: str, tables: Tables, names: list[str]) -> Any:
     from pyspark.errors import AnalysisException, ParseException
 
+    spark.sparkContext.setLogLevel("FATAL")  # Spark logs the errors we report in one line
     try:
         return spark.sql(sql).toArrow()
     except ParseException as error:
@@ -194,6 +195,8 @@ def spark_sql(spark: Any, sql: str, tables: Tables, names: list[str]) -> Any:
                 f" it has {', '.join(names)}"
             ) from error
         raise CommandError(f"query failed: {text}") from error
+    finally:
+        spark.sparkContext.setLogLevel("WARN")
 
 
 def render(table: Any, max_width: int = 60) -> str:

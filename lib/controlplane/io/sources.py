@@ -114,29 +114,39 @@ def _kafka(spark: Any, options: SourceOptions) -> Any:  # pragma: no cover - nee
     )
 
 
-def _delta(spark: Any, options: SourceOptions) -> Any:
-    """A Delta table of events: a ``raw`` text column, or typed columns turned back into JSON.
+CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+COMMIT_SHIFT = 1 << 32  # seq = commit version * 2^32 + the row's index in its commit's file
 
-    A table has no row order; the order a key's events are handed to the core in is the
-    landing directory's: (file modification time, file, position in the file). A producer that
-    appends one key's events commit after commit gets them in that order; within one commit,
-    the order of rows across files is not defined (docs/engine.md, "Sources").
+
+def _delta(spark: Any, options: SourceOptions) -> Any:
+    """A Delta table of events, read as its change data feed: a ``raw`` text column, or typed
+    columns turned back into JSON.
+
+    A table has no row order and Delta's streaming source says nothing of where a row came
+    from, but its change feed gives each row's commit: a key's events are ordered by commit
+    (``seq`` = commit version, then position), so a producer that appends one key's events
+    commit after commit gets them in that order. Within one commit, rows of different files
+    have no defined order. The table needs ``delta.enableChangeDataFeed = true`` from its first
+    version (Delta refuses to start otherwise, naming the setting).
     """
     from pyspark.sql import functions as F
 
     frame = (
         spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
         .option("maxFilesPerTrigger", options.max_files_per_trigger)
         .load(options.path)
+        .where(F.col("_change_type") == F.lit("insert"))
     )
-    columns = [name for name in frame.columns if name != "_metadata"]
+    columns = [name for name in frame.columns if name not in CDF_COLUMNS]
     raw = F.col("raw") if "raw" in columns else F.to_json(F.struct(*columns))
     principal = F.col("principal") if "principal" in columns else F.lit(None)
     located = frame.select(
         raw.alias("raw"),
-        F.col("_metadata.file_path").alias("source"),
-        F.unix_millis(F.col("_metadata.file_modification_time")).alias("arrival_time_ms"),
-        F.col("_metadata.file_block_start").alias("seq"),
+        F.lit(options.path).alias("source"),
+        F.unix_millis(F.col("_commit_timestamp")).alias("arrival_time_ms"),
+        (F.col("_commit_version") * F.lit(COMMIT_SHIFT)).alias("seq"),
         principal.cast("string").alias("principal"),
     )
     return located.mapInPandas(number_lines, RAW_SCHEMA)
