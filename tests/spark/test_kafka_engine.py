@@ -252,6 +252,7 @@ def test_the_quota_takes_the_principal_from_exactly_one_header_over_sasl(
         ("alice", mutation("claims-mallory", user="mallory"), alice),
         ("alice", mutation("no-claim"), alice),
         ("mallory", mutation("no-header", user="mallory"), [("x-user", b"mallory")]),
+        ("bob", mutation("no-headers-at-all", user="bob"), []),
         ("alice", mutation("two-headers"), [("user", b"alice"), ("user", b"bob")]),
         ("alice", mutation("empty-header", user="alice"), [("user", b"")]),
     ]
@@ -289,9 +290,11 @@ def test_the_quota_takes_the_principal_from_exactly_one_header_over_sasl(
         assert (row["user"], row["quota_key"], row["rate_per_s"]) == ("alice", "user=alice", 1000.0)
     rejected = {json.loads(r["raw"])["event_id"]: r for r in read_table(tables / "rejected_events")}
     assert rejected["no-header"]["reason"].startswith("no 'user' header")
+    assert rejected["no-headers-at-all"]["reason"].startswith("no 'user' header")
     assert rejected["two-headers"]["reason"].startswith("2 'user' headers")
     assert rejected["empty-header"]["reason"] == "the 'user' header has no UTF-8 value"
     assert rejected["no-header"]["source"] == f"{requests}/{sent[2].partition}/{sent[2].offset}"
+    assert len(rejected) == 4
     published = consume_all(kafka_broker, answers)
     assert sorted(json.loads(r.value)["event_id"] for r in published) == sorted(decided)
     for record in published:

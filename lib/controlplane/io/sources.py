@@ -136,7 +136,8 @@ def kafka_rows(frame: Any, options: SourceOptions, require_principal: bool) -> A
     limit = options.max_record_bytes
     name = options.user_header
     headers = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
-    count = F.coalesce(F.size(headers), F.lit(0))  # no headers at all: a null array
+    # a record without any header has a null array, whose size is -1 or null (ANSI off or on)
+    count = F.when(F.col("headers").isNull(), F.lit(0)).otherwise(F.size(headers))
     header = F.try_element_at(headers, F.lit(1))["value"].cast("string")
     single = F.when(count == 1, header)
     type_name = F.coalesce(
