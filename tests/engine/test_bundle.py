@@ -14,7 +14,7 @@ import pytest
 import yaml
 from databricks.bundles.jobs import Job
 
-from controlplane.engine.options import parse_engine_options
+from controlplane.engine.options import KafkaEndpoint, parse_engine_options
 from controlplane.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,15 +116,86 @@ def test_every_file_and_entry_point_named_exists() -> None:
                 command = wheel["parameters"][0]
                 assert (ROOT / "lib" / "controlplane" / "cli" / f"{command}.py").is_file()
             for library in task["libraries"]:
-                assert (file.parent / library["whl"]).resolve().parent == ROOT / "dist"
+                if "whl" in library:
+                    assert (file.parent / library["whl"]).resolve().parent == ROOT / "dist"
 
 
-@pytest.mark.parametrize("target", ["dev", "prod"])
-def test_the_config_files_the_targets_name_exist_and_validate(target: str) -> None:
-    path = ROOT / variables(target)["config"]
-    options = parse_engine_options(load_settings(path))
+# The Kafka variant of the dev target: `databricks bundle deploy -t dev --var config=...`
+KAFKA_VARIANT = "conf/dev-kafka.yaml"
+
+
+def bundle_configs() -> list[str]:
+    return sorted({variables(target)["config"] for target in ("dev", "prod")} | {KAFKA_VARIANT})
+
+
+@pytest.mark.parametrize("config", bundle_configs())
+def test_the_config_files_the_bundle_names_exist_and_validate(config: str) -> None:
+    options = parse_engine_options(load_settings(ROOT / config))
     assert options.coordinator_source is not None
     assert options.quota_source is not None
+    assert config in str(bundle()["variables"]["config"]["description"])
+
+
+def test_prod_and_the_kafka_variant_read_kafka_with_an_answers_topic() -> None:
+    for config in (variables("prod")["config"], KAFKA_VARIANT):
+        options = parse_engine_options(load_settings(ROOT / config))
+        assert options.answers_topic
+        for source in (options.coordinator_source, options.quota_source):
+            assert source is not None
+            assert source.format == "kafka"
+            assert source.starting_offsets == "earliest"
+            assert source.kafka_options["security.protocol"] == "SASL_SSL"
+        assert options.quota_source is not None
+        assert options.quota_source.user_header == "user"
+
+
+SECRET = re.compile(r"\{\{secrets/([^/{}]+)/([^/{}]+)\}\}")
+
+
+@pytest.mark.parametrize("config", [KAFKA_VARIANT, "conf/prod.yaml"])
+def test_kafka_credentials_are_databricks_secret_references_the_job_can_resolve(
+    config: str,
+) -> None:
+    """No credential in the file: the JAAS user and password are ``{{secrets/...}}``
+    references, which the job resolves at start with dbutils.secrets (faked here), and what
+    they resolve to is a configuration the engine's Python clients accept (Databricks' shaded
+    login module included)."""
+    from controlplane.engine.secrets import resolve_mapping
+    from controlplane.io.kafka_clients import python_client_config
+
+    options = parse_engine_options(load_settings(ROOT / config))
+    read: list[tuple[str, str]] = []
+
+    def dbutils_secrets_get(scope: str, key: str) -> str:
+        read.append((scope, key))
+        return f"<{scope}/{key}>"
+
+    for source in (options.coordinator_source, options.quota_source):
+        assert source is not None
+        jaas = source.kafka_options["sasl.jaas.config"]
+        assert jaas.startswith("kafkashaded.org.apache.kafka.common.security.")
+        assert {key for _, key in SECRET.findall(jaas)} == {"username", "password"}
+        resolved = resolve_mapping("kafka_options", source.kafka_options, dbutils_secrets_get)
+        assert "{{" not in str(resolved)
+        client = python_client_config(KafkaEndpoint(str(source.kafka_bootstrap_servers), resolved))
+        scope = read[-1][0]
+        assert client["sasl_plain_username"] == f"<{scope}/username>"
+        assert client["sasl_plain_password"] == f"<{scope}/password>"
+    assert read
+
+
+def test_the_streaming_jobs_install_the_kafka_client_the_project_pins() -> None:
+    """The driver's topic check and answers producer need kafka-python; the wheel's own
+    dependencies do not bring it (it is in the spark extra, which a runtime replaces)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    [pin] = [spec.split()[0] for spec in extras["spark"] if spec.startswith("kafka-python")]
+    for name in ("coordinator", "quota"):
+        _, job = jobs()[name]
+        for task in job["tasks"]:
+            packages = [lib["pypi"]["package"] for lib in task["libraries"] if "pypi" in lib]
+            assert packages == [pin], name
 
 
 def test_the_task_entry_point_fails_the_task_when_the_command_fails(

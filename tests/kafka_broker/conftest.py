@@ -1,11 +1,5 @@
-"""ONE real Kafka broker for every test marked ``kafka`` (session-scoped): KRaft, single node,
-loopback, from the pinned jars of ``make setup`` (lib/controlplane/io/broker.py). Started on
-first use, stopped at the end of the session whatever happens (its temporary directory goes
-with it). Missing Java or jars fail the tests that need it, with one line naming the fix.
-
-``group.initial.rebalance.delay.ms`` is 0 so that joins in tests do not wait; the other static
-group settings are Kafka's defaults. A test that needs other static settings starts its own
-``LocalBroker``. A test that changes broker-wide state (a user's quota) undoes it.
+"""Helpers for the tests against the local Kafka broker. The session-scoped ``kafka_broker``
+fixture itself lives in tests/conftest.py, so that tests/spark can use it too.
 
 (The folder is not called ``tests/kafka``: with ``tests`` on the path, a package ``kafka``
 there would hide kafka-python.)
@@ -14,25 +8,9 @@ there would hide kafka-python.)
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from controlplane.io.broker import LocalBroker
-
-GROUP_INITIAL_REBALANCE_DELAY_MS = 0
-
-
-@pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[LocalBroker]:
-    broker = LocalBroker(group_initial_rebalance_delay_ms=GROUP_INITIAL_REBALANCE_DELAY_MS)
-    try:
-        broker.start()  # stops what it started if it fails
-        print(f"\nlocal Kafka broker ready in {broker.started_in_s:.1f} s")
-        yield broker
-    finally:
-        broker.stop()
 
 
 def send_request(broker: LocalBroker, request: Any, user: str | None = None) -> Any:

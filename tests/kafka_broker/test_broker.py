@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from controlplane.io.broker import ADMIN_USER, LocalBroker, properties_text
+from controlplane.io.kafka_clients import timestamp_types
 from controlplane.jvm import JARS_ENV, MissingJvm
 from kafka_broker.conftest import poll_until, send_request
 
@@ -296,7 +297,7 @@ def test_the_cli_runs_in_the_foreground_keeps_data_and_stops_on_ctrl_c(tmp_path:
             if line.startswith("Ctrl-C stops the broker"):
                 break
         assert any(line.startswith("  PLAINTEXT       127.0.0.1:") for line in lines), lines
-        assert "kafka-broker: created topic kept (2 partitions)" in lines
+        assert "kafka-broker: created topic kept (2 partitions, LogAppendTime)" in lines
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:
@@ -311,7 +312,7 @@ def test_the_cli_runs_in_the_foreground_keeps_data_and_stops_on_ctrl_c(tmp_path:
     with LocalBroker(data_dir=data) as again:
         admin = again.admin()
         try:
-            assert "kept" in admin.list_topics()
+            assert timestamp_types(admin, ["kept"]) == {"kept": "LogAppendTime"}
         finally:
             admin.close()
         assert f"cluster.id={again.cluster_id}" in cluster_id

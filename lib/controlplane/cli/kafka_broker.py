@@ -59,7 +59,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="NAME[:PARTITIONS]",
-        help="create this topic once the broker is up (repeatable; topics are not auto-created)",
+        help="create this topic (with LogAppendTime timestamps, as the engine needs) once the"
+        " broker is up (repeatable; topics are not auto-created)",
     )
     parser.add_argument(
         "--set",
@@ -106,8 +107,12 @@ def main(argv: list[str]) -> int:
         print("kafka-broker: starting a local Kafka broker ...", flush=True)
         broker.start()
         for name, partitions in args.topic:
-            broker.create_topic(name, partitions)
-            print(f"kafka-broker: created topic {name} ({partitions} partitions)", flush=True)
+            # the engine reads request topics only with the broker's timestamps
+            broker.create_topic(name, partitions, {"message.timestamp.type": "LogAppendTime"})
+            print(
+                f"kafka-broker: created topic {name} ({partitions} partitions, LogAppendTime)",
+                flush=True,
+            )
         print(banner(broker), flush=True)
         while broker.running:
             time.sleep(0.5)

@@ -69,7 +69,11 @@ def _rejection(row: Mapping[str, Any], reason: str) -> dict[str, Any]:
 def parse_row(
     row: Mapping[str, Any], mode: TimeMode, batch_time_ms: int
 ) -> TimedEvent | dict[str, Any]:
-    """A TimedEvent, or the rejected_events row of a text that is not a JSON object."""
+    """A TimedEvent, or the rejected_events row of a record its source refused or of a text
+    that is not a JSON object."""
+    refused = row.get("reject_reason")
+    if isinstance(refused, str):
+        return _rejection(row, refused)
     raw = row.get("raw")
     try:
         event = decode_event_text(raw) if isinstance(raw, str) else None
@@ -85,7 +89,8 @@ def parse_row(
     if isinstance(principal, str):  # the source authenticated the writer: that is the user
         event["user"] = principal
     seq = row.get("seq")
-    line = f"{row.get('source')}:{'?' if seq is None else int(seq) + 1}"  # 1-based, as replay
+    # a file's line, 1-based as in replay; a Kafka source already names its record
+    line = str(row.get("source")) if seq is None else f"{row.get('source')}:{int(seq) + 1}"
     if mode is TimeMode.EVENT_TIME:
         time_ms = long_or_none(event.get("event_time_ms"))
     else:

@@ -1,9 +1,15 @@
 """The foreachBatch sink: splits the adapter's envelopes into tables and writes each table
-exactly once per micro-batch (sinks.BatchWriter), then leaves the batch's figures for the
-progress line.
+exactly once per micro-batch (sinks.BatchWriter), then publishes the batch's answers to the
+answers topic when there is one, then leaves the batch's figures for the progress line.
 
 The batch DataFrame is materialised once (``toArrow``), so the stateful operator is never
 evaluated twice for one batch.
+
+The answers topic (docs/engine.md, "The answers topic") comes after the Delta tables, which
+stay the audit and the source of truth: one record per ``decisions`` and ``quota_decisions``
+row, the row as Delta holds it. A failed produce fails the batch; Spark runs it again, the
+Delta writes are skipped as already committed and the answers are produced again: at least
+once on the topic, and clients drop duplicates by ``event_id``.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controlplane.engine import progress
 from controlplane.engine.adapter import METRICS_TABLE
+
+if TYPE_CHECKING:
+    from controlplane.io.kafka_clients import AnswerRecord, AnswersPublisher
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +86,33 @@ def _query_id_property(spark: Any) -> str | None:
     return str(value) if value else None
 
 
+ANSWERED_TABLES = ("decisions", "quota_decisions")
+
+
+def answer_key(table: str, row: dict[str, Any]) -> str | None:
+    """What a client reads its answers by: the group for a decision, the user for a quota
+    decision (its client_id when the user is null)."""
+    if table == "decisions":
+        return row.get("group_id")
+    user = row.get("user")
+    return user if user is not None else row.get("client_id")
+
+
+def answer_records(rows_by_table: dict[str, list[dict[str, Any]]]) -> list[AnswerRecord]:
+    """One answer per decisions and quota_decisions row, in batch order, each the row as the
+    Delta table holds it (its columns, nulls included, unknown keys dropped)."""
+    from controlplane.io.kafka_clients import AnswerRecord
+    from controlplane.io.sinks import to_arrow
+
+    records = []
+    for table in ANSWERED_TABLES:
+        rows = rows_by_table.get(table) or []
+        if rows:
+            for row in to_arrow(table, rows).to_pylist():
+                records.append(AnswerRecord(answer_key(table, row), row, table))
+    return records
+
+
 class BatchSink:
     def __init__(
         self,
@@ -85,12 +121,14 @@ class BatchSink:
         tables_root: str,
         checkpoint: str,
         writer_preference: str = "auto",
+        answers: AnswersPublisher | None = None,
     ) -> None:
         self.query = query
         self.tables = tuple(tables)
         self.tables_root = tables_root
         self.checkpoint = checkpoint
         self.writer_preference = writer_preference
+        self.answers = answers
         self._writer: Any = None
 
     def writer(self, spark: Any) -> Any:
@@ -109,8 +147,13 @@ class BatchSink:
         processed_at_ms = int(time.time() * 1000)
         tables, figures = split_envelopes(envelopes, batch_id, processed_at_ms)
         writer = self.writer(frame.sparkSession)
+        written: dict[str, list[dict[str, Any]]] = {}
         for table in self.tables:  # a fixed order: a replayed batch skips the tables done
-            writer.write(table, tables.pop(table, []), batch_id)
+            written[table] = tables.pop(table, [])
+            writer.write(table, written[table], batch_id)
         for table, rows in tables.items():
             log.error("batch %d: %d rows for unknown table %s dropped", batch_id, len(rows), table)
+        if self.answers is not None:  # after Delta: a failure here replays the whole batch
+            sent = self.answers.publish(answer_records(written))
+            log.debug("batch %d: %d answers on %s", batch_id, sent, self.answers.topic)
         progress.stash(self.query, batch_id, figures)

@@ -78,6 +78,7 @@ def run(argv: Sequence[str], queries: Sequence[str], description: str) -> int:
         build_quota_query,
         register_progress_listener,
     )
+    from controlplane.io.kafka_clients import KafkaSetupError
 
     spark = session_for(options, "controlplane-" + "-".join(queries))
     register_progress_listener(spark, options)
@@ -85,13 +86,17 @@ def run(argv: Sequence[str], queries: Sequence[str], description: str) -> int:
     started = []
     try:
         for name in queries:
-            writer = builders[name](
-                spark,
-                settings,
-                config_path=args.config,
-                options=options,
-                available_now=args.available_now,
-            )
+            try:
+                writer = builders[name](
+                    spark,
+                    settings,
+                    config_path=args.config,
+                    options=options,
+                    available_now=args.available_now,
+                )
+            except (ConfigError, KafkaSetupError) as exc:  # secrets, topics: before any start
+                log.error("%s: %s", name, exc)
+                return 2
             started.append(writer.start())
             log.info("started %s", name)
         if args.available_now:  # each query stops by itself: wait for all, not the first

@@ -7,12 +7,14 @@ directory the job was started from.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from controlplane.core.config import ConfigError, Settings
+from controlplane.engine.secrets import check_credential, check_references
 
 
 class TimeMode(StrEnum):
@@ -34,12 +36,29 @@ class CleanSource(StrEnum):
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     format: str  # "jsonl" (landing directory), "kafka" or "delta"
-    path: str  # directory, topic list or table path
-    max_files_per_trigger: int = 100  # the streaming max.poll.records (also Kafka offsets)
+    path: str  # directory, topic list (comma-separated) or table path
+    max_files_per_trigger: int = 100  # files and Delta: the streaming max.poll.records
     clean_source: CleanSource = CleanSource.ARCHIVE
     archive_dir: str | None = None
     kafka_bootstrap_servers: str | None = None
     user_header: str = "user"  # Kafka header carrying the authenticated principal
+    # Kafka only: records per micro-batch (Spark's maxOffsetsPerTrigger), where a first start
+    # (or a reset checkpoint) begins, the largest value handed to the core, and extra client
+    # properties (``security.protocol``, ``sasl.*``, ...) passed as ``kafka.<name>``, whose
+    # values may hold secret references (engine/secrets.py). Not in repr: resolved values are
+    # credentials.
+    max_records_per_trigger: int = 10_000
+    starting_offsets: str = "earliest"
+    max_record_bytes: int = 1_048_576
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaEndpoint:
+    """Where a Kafka client connects: bootstrap servers and client properties (Kafka's names)."""
+
+    bootstrap_servers: str
+    options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +76,35 @@ class EngineOptions:
     config_path: str | None = None  # re-read each micro-batch (quota entries, core settings)
     coordinator_source: SourceOptions | None = None
     quota_source: SourceOptions | None = None
+    # The answers topic (docs/engine.md, "The answers topic"): None = none. Its brokers and
+    # client properties default to those of the query's source when that is Kafka.
+    answers_topic: str | None = None
+    answers_bootstrap_servers: str | None = None
+    answers_kafka_options: Mapping[str, str] | None = field(default=None, repr=False)
+    answers_timeout_ms: int = 30_000
 
     def checkpoint(self, query: str) -> str:
         return f"{self.checkpoint_root.rstrip('/')}/{query}"
 
     def table(self, name: str) -> str:
         return f"{self.tables_root.rstrip('/')}/{name}"
+
+    def answers_endpoint(self, source: SourceOptions) -> KafkaEndpoint | None:
+        """Where the answers of the query reading ``source`` go; None without an answers topic."""
+        if self.answers_topic is None:
+            return None
+        kafka = source.format == "kafka"
+        servers = self.answers_bootstrap_servers or (
+            source.kafka_bootstrap_servers if kafka else None
+        )
+        if servers is None:
+            raise ConfigError(
+                "engine.answers_bootstrap_servers: required when a source is not Kafka"
+            )
+        options = self.answers_kafka_options
+        if options is None:
+            options = source.kafka_options if kafka else {}
+        return KafkaEndpoint(servers, dict(options))
 
 
 _ENGINE_INTS = {
@@ -71,8 +113,32 @@ _ENGINE_INTS = {
     "shards": 1,
     "failover_gap_ms": 0,
     "shuffle_partitions": 1,
+    "answers_timeout_ms": 1000,
 }
-_ENGINE_STRS = ("checkpoint_root", "tables_root", "writer")
+_ENGINE_STRS = (
+    "checkpoint_root",
+    "tables_root",
+    "writer",
+    "answers_topic",
+    "answers_bootstrap_servers",
+)
+_ANSWERS_EXTRAS = ("answers_bootstrap_servers", "answers_kafka_options", "answers_timeout_ms")
+
+# Kafka client properties a source may not set: the engine sets them, or Spark's Kafka source
+# refuses them (it reads bytes, never commits offsets to Kafka, starts where starting_offsets
+# says).
+KAFKA_RESERVED: Mapping[str, str] = {
+    "bootstrap.servers": "use kafka_bootstrap_servers",
+    "auto.offset.reset": "use starting_offsets",
+    "enable.auto.commit": "progress lives in the checkpoint, not in Kafka",
+    "key.deserializer": "the engine reads bytes",
+    "value.deserializer": "the engine reads bytes",
+    "key.serializer": "the engine writes bytes",
+    "value.serializer": "the engine writes bytes",
+    "interceptor.classes": "Spark's Kafka source refuses it",
+}
+KAFKA_ONLY = ("max_records_per_trigger", "starting_offsets", "max_record_bytes", "kafka_options")
+FILES_ONLY = ("max_files_per_trigger", "clean_source", "archive_dir")
 
 
 def _int(where: str, value: object, minimum: int) -> int:
@@ -95,6 +161,53 @@ def _enum(where: str, kind: type[StrEnum], value: object) -> Any:
         raise ConfigError(f"{where}: expected one of {choices}, got {value!r}") from None
 
 
+def kafka_options(where: str, raw: object) -> dict[str, str]:
+    """Kafka client properties by their Kafka names (``security.protocol``, not
+    ``kafka.security.protocol``); values are text (numbers and booleans are written as Kafka
+    reads them), secret references checked, passwords references only."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of Kafka client properties")
+    options: dict[str, str] = {}
+    for key, value in raw.items():
+        name = f"{where}.{key}"
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{where}: property names are non-empty strings, got {key!r}")
+        if key.startswith("kafka."):
+            raise ConfigError(f"{name}: write the Kafka property name {key[6:]!r} without kafka.")
+        if key in KAFKA_RESERVED:
+            raise ConfigError(f"{name}: not allowed here ({KAFKA_RESERVED[key]})")
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | str):
+            text = str(value)
+        else:
+            raise ConfigError(f"{name}: expected a string, number or boolean, got {value!r}")
+        check_references(name, text)
+        check_credential(name, key, text)
+        options[key] = text
+    return options
+
+
+def _starting_offsets(where: str, raw: object) -> str:
+    """``earliest`` (the default: a first start, or a reset checkpoint, reads the backlog),
+    ``latest``, or Spark's per-partition offsets (a mapping, or its JSON text)."""
+    if isinstance(raw, Mapping):
+        return json.dumps(raw, separators=(",", ":"))
+    if raw in ("earliest", "latest"):
+        return str(raw)
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return raw
+    raise ConfigError(
+        f"{where}: expected earliest, latest or per-partition offsets "
+        f'({{"topic": {{"0": 42}}}}), got {raw!r}'
+    )
+
+
 def _source(where: str, raw: object) -> SourceOptions:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping with format and path")
@@ -105,6 +218,10 @@ def _source(where: str, raw: object) -> SourceOptions:
     fmt = _str(f"{where}.format", raw.get("format", "jsonl"))
     if fmt not in ("jsonl", "kafka", "delta"):
         raise ConfigError(f"{where}.format: expected jsonl, kafka or delta, got {fmt!r}")
+    misplaced = set(raw) & set(FILES_ONLY if fmt == "kafka" else KAFKA_ONLY)
+    if misplaced:
+        hint = "; the Kafka cap is max_records_per_trigger" if fmt == "kafka" else ""
+        raise ConfigError(f"{where}: {sorted(misplaced)} do not apply to format {fmt}{hint}")
     optional = {
         key: None if raw.get(key) is None else _str(f"{where}.{key}", raw.get(key))
         for key in ("archive_dir", "kafka_bootstrap_servers")
@@ -123,13 +240,23 @@ def _source(where: str, raw: object) -> SourceOptions:
         archive_dir=optional["archive_dir"],
         kafka_bootstrap_servers=optional["kafka_bootstrap_servers"],
         user_header=_str(f"{where}.user_header", raw.get("user_header", "user")),
+        max_records_per_trigger=_int(
+            f"{where}.max_records_per_trigger", raw.get("max_records_per_trigger", 10_000), 1
+        ),
+        starting_offsets=_starting_offsets(
+            f"{where}.starting_offsets", raw.get("starting_offsets", "earliest")
+        ),
+        max_record_bytes=_int(
+            f"{where}.max_record_bytes", raw.get("max_record_bytes", 1_048_576), 1
+        ),
+        kafka_options=kafka_options(f"{where}.kafka_options", raw.get("kafka_options") or {}),
     )
 
 
 def parse_engine_options(settings: Settings, config_path: str | None = None) -> EngineOptions:
     """Validate the engine's sections of ``settings``; raises ConfigError naming the key."""
     engine = dict(settings.sections.get("engine") or {})
-    known = set(_ENGINE_INTS) | set(_ENGINE_STRS) | {"mode", "keying"}
+    known = set(_ENGINE_INTS) | set(_ENGINE_STRS) | {"mode", "keying", "answers_kafka_options"}
     unknown = set(engine) - known
     if unknown:
         raise ConfigError(f"engine: unknown key(s) {sorted(unknown)}")
@@ -148,12 +275,34 @@ def parse_engine_options(settings: Settings, config_path: str | None = None) -> 
         raise ConfigError(
             f"engine.writer: expected auto, delta-rs or native, got {values['writer']!r}"
         )
+    if engine.get("answers_kafka_options") is not None:
+        values["answers_kafka_options"] = kafka_options(
+            "engine.answers_kafka_options", engine["answers_kafka_options"]
+        )
+    values.update(_sources(settings))
+    options = EngineOptions(config_path=config_path, **values)
+    _check_answers(engine, options)
+    return options
+
+
+def _sources(settings: Settings) -> dict[str, SourceOptions]:
     sources = dict(settings.sections.get("sources") or {})
     unknown = set(sources) - {"coordinator", "quota"}
     if unknown:
         raise ConfigError(f"sources: unknown key(s) {sorted(unknown)}")
-    if "coordinator" in sources:
-        values["coordinator_source"] = _source("sources.coordinator", sources["coordinator"])
-    if "quota" in sources:
-        values["quota_source"] = _source("sources.quota", sources["quota"])
-    return EngineOptions(config_path=config_path, **values)
+    return {
+        f"{name}_source": _source(f"sources.{name}", sources[name])
+        for name in ("coordinator", "quota")
+        if name in sources
+    }
+
+
+def _check_answers(engine: Mapping[str, Any], options: EngineOptions) -> None:
+    if options.answers_topic is None:
+        extras = sorted(set(engine) & set(_ANSWERS_EXTRAS))
+        if extras:
+            raise ConfigError(f"engine: {extras} need engine.answers_topic")
+        return
+    for source in (options.coordinator_source, options.quota_source):
+        if source is not None:
+            options.answers_endpoint(source)  # raises when it has no brokers to go to

@@ -10,6 +10,7 @@ fixed for the life of a checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -21,6 +22,7 @@ from controlplane.engine.batch import BatchSink
 from controlplane.engine.keying import spark_key_column, spark_key_of
 from controlplane.engine.options import (
     EngineOptions,
+    KafkaEndpoint,
     Keying,
     SourceOptions,
     TimeMode,
@@ -28,6 +30,7 @@ from controlplane.engine.options import (
 )
 from controlplane.engine.reload import SettingsSource
 from controlplane.engine.schemas import ENVELOPE, KEYED_INPUT, STATE
+from controlplane.engine.secrets import SecretLookup, databricks_lookup, resolve_mapping
 
 log = logging.getLogger(__name__)
 
@@ -100,12 +103,18 @@ class QuotaKeyer:
 
     def __call__(self, frames: Iterator[Any]) -> Iterator[Any]:
         config = self.settings.current().quota
+        refused_key = spark_key_of("", self.keying, self.shards)
         for frame in frames:
+            reasons = frame["reject_reason"] if "reject_reason" in frame else [None] * len(frame)
             pairs = [
-                self.key(raw, principal, config)
-                for raw, principal in zip(frame["raw"], frame["principal"], strict=True)
+                # a record its source refused is never resolved: its payload is not trusted
+                (refused_key, None) if isinstance(reason, str) else self.key(raw, principal, config)
+                for raw, principal, reason in zip(
+                    frame["raw"], frame["principal"], reasons, strict=True
+                )
             ]
             out = frame.copy()
+            out["reject_reason"] = list(reasons)
             out["key"] = [key for key, _ in pairs]
             out["event_time_ms"] = [stamp for _, stamp in pairs]
             yield out[[field.name for field in KEYED_INPUT.fields]]
@@ -161,10 +170,15 @@ def _stateful(frame: Any, function: StateFunction, options: EngineOptions) -> An
 
 
 def _writer(
-    frame: Any, name: str, tables: tuple[str, ...], options: EngineOptions, trigger: dict[str, Any]
+    frame: Any,
+    name: str,
+    tables: tuple[str, ...],
+    options: EngineOptions,
+    trigger: dict[str, Any],
+    answers: Any = None,
 ) -> Any:
     checkpoint = options.checkpoint(name)
-    sink = BatchSink(name, tables, options.tables_root, checkpoint, options.writer)
+    sink = BatchSink(name, tables, options.tables_root, checkpoint, options.writer, answers)
     return (
         frame.writeStream.queryName(name)
         .outputMode("append")
@@ -184,6 +198,38 @@ def trigger_of(options: EngineOptions, available_now: bool = False) -> dict[str,
     return {"processingTime": f"{options.trigger_interval_ms} milliseconds"}
 
 
+def prepare_kafka(
+    options: EngineOptions, source: SourceOptions, lookup: SecretLookup | None
+) -> tuple[SourceOptions, Any]:
+    """At start, on the driver: the source with its secret references resolved, and the
+    answers publisher (None without an answers topic). A Kafka source's topics must exist with
+    LogAppendTime, and the answers topic must exist; else the query does not start."""
+    from controlplane.io.kafka_clients import (
+        AnswersPublisher,
+        check_request_topics,
+        check_topic_exists,
+        topic_names,
+    )
+
+    if source.format == "kafka":
+        resolved = resolve_mapping("kafka_options", source.kafka_options, lookup)
+        source = dataclasses.replace(source, kafka_options=resolved)
+        endpoint = KafkaEndpoint(str(source.kafka_bootstrap_servers), resolved)
+        check_request_topics(endpoint, topic_names(source.path))
+    topic = options.answers_topic
+    if topic is None:
+        return source, None
+    if options.answers_kafka_options is not None:
+        answers_options = resolve_mapping(
+            "engine.answers_kafka_options", options.answers_kafka_options, lookup
+        )
+        options = dataclasses.replace(options, answers_kafka_options=answers_options)
+    answers = options.answers_endpoint(source)
+    assert answers is not None
+    check_topic_exists(answers, topic)
+    return source, AnswersPublisher(answers, topic, options.answers_timeout_ms)
+
+
 def build_query(
     spark: Any,
     options: EngineOptions,
@@ -195,14 +241,20 @@ def build_query(
     keyer: QuotaKeyer | None = None,
     key_path: str = "$.group_id",
     available_now: bool = False,
+    require_principal: bool = False,
+    secret_lookup: SecretLookup | None = None,
 ) -> Any:
     """Any runner behind the same pipeline: keyed by a JSON field (Spark expression) or by a
-    Python keyer (mapInPandas), then the adapter and the foreachBatch sink."""
+    Python keyer (mapInPandas), then the adapter and the foreachBatch sink (and the answers
+    topic). ``secret_lookup`` reads ``{{secrets/...}}`` references (Databricks' secret store
+    when on Databricks)."""
     from pyspark.sql import functions as F
 
     from controlplane.io.sources import read_events
 
-    raw = read_events(spark, source)
+    lookup = secret_lookup if secret_lookup is not None else databricks_lookup()
+    source, answers = prepare_kafka(options, source, lookup)
+    raw = read_events(spark, source, require_principal=require_principal)
     if keyer is not None:
         keyed = raw.mapInPandas(keyer, KEYED_INPUT)
     else:
@@ -216,12 +268,13 @@ def build_query(
             stamp.alias("event_time_ms"),
             "seq",
             "principal",
+            "reject_reason",
         )
     state = _stateful(_with_time(keyed, options), StateFunction(runners, options.mode), options)
     log.info(
         "%s query: %s keying (%d shards), %s", name, options.keying, options.shards, options.mode
     )
-    return _writer(state, name, tables, options, trigger_of(options, available_now))
+    return _writer(state, name, tables, options, trigger_of(options, available_now), answers)
 
 
 def build_coordinator_query(
@@ -270,6 +323,8 @@ def build_quota_query(
         name=name,
         keyer=QuotaKeyer(settings_source, options.keying, options.shards),
         available_now=available_now,
+        # the quota is keyed by the principal: on Kafka it comes from exactly one header
+        require_principal=True,
     )
 
 

@@ -207,7 +207,8 @@ TABLES: Final[dict[str, StructType]] = {
 }
 
 # --- the stateful operator -----------------------------------------------------------------
-# Input rows handed to the adapter: the raw line, its key and its source position.
+# Input rows handed to the adapter: the raw line, its key, its source position, the
+# authenticated principal and why the source refused it (null: it did not).
 KEYED_INPUT: Final = _struct(
     ("key", S),
     ("raw", S),
@@ -216,6 +217,7 @@ KEYED_INPUT: Final = _struct(
     ("event_time_ms", L),
     ("seq", L),
     ("principal", S),
+    ("reject_reason", S),
 )
 # One output row per produced table row: the table name and the row as JSON text.
 ENVELOPE: Final = _struct(("table", S), ("row", S))

@@ -2,8 +2,10 @@
 
 ``raw`` (the line or record value as received), ``source`` (file path, or topic/partition/offset),
 ``arrival_time_ms`` (file modification time, Kafka log-append time), ``seq`` (position in the
-source, increasing within a file or partition) and ``principal`` (the authenticated user when
-the source has authentication, else null).
+file, increasing within it; null for Kafka, whose ``source`` names the record), ``principal``
+(the authenticated user when the source has authentication, else null) and ``reject_reason``
+(why the source itself refuses the record, else null: the adapter sends it to
+``rejected_events`` with that reason).
 
 Parsing happens in the adapter, in Python, so a line that is not a JSON object is kept verbatim
 and lands in ``rejected_events`` instead of disappearing in a Spark JSON reader.
@@ -21,12 +23,13 @@ from controlplane.engine.options import CleanSource, SourceOptions
 log = logging.getLogger(__name__)
 
 
-def read_events(spark: Any, options: SourceOptions) -> Any:
-    """A streaming DataFrame of raw events from the configured source."""
+def read_events(spark: Any, options: SourceOptions, *, require_principal: bool = False) -> Any:
+    """A streaming DataFrame of raw events from the configured source. ``require_principal``:
+    a Kafka record must carry exactly one principal header (the quota's requests)."""
     if options.format == "jsonl":
         return _landing_directory(spark, options)
     if options.format == "kafka":
-        return _kafka(spark, options)
+        return _kafka(spark, options, require_principal)
     if options.format == "delta":
         return _delta(spark, options)
     raise ValueError(f"unknown source format {options.format!r}")
@@ -57,11 +60,15 @@ def _landing_directory(spark: Any, options: SourceOptions) -> Any:
         (F.unix_millis(F.col("_metadata.file_modification_time"))).alias("arrival_time_ms"),
         F.col("_metadata.file_block_start").alias("seq"),
         F.lit(None).cast("string").alias("principal"),
+        F.lit(None).cast("string").alias("reject_reason"),
     )
     return located.mapInPandas(number_lines, RAW_SCHEMA)
 
 
-RAW_SCHEMA = "raw string, source string, arrival_time_ms long, seq long, principal string"
+RAW_SCHEMA = (
+    "raw string, source string, arrival_time_ms long, seq long, principal string, "
+    "reject_reason string"
+)
 
 
 def number_lines(frames: Iterator[Any]) -> Iterator[Any]:
@@ -85,32 +92,103 @@ def number_lines(frames: Iterator[Any]) -> Iterator[Any]:
         yield out
 
 
-def _kafka(spark: Any, options: SourceOptions) -> Any:  # pragma: no cover - needs a cluster
-    """Kafka topics (Databricks ships the connector). Unverified locally: no broker, no jars.
-
-    The principal comes from a record header that only the authenticated gateway may set
-    (docs/engine.md, "Trust model"); the ``user`` field of the payload is then overridden.
-    """
-    from pyspark.sql import functions as F
-
+def _kafka(spark: Any, options: SourceOptions, require_principal: bool) -> Any:
+    """Kafka topics through Spark's Kafka source (``spark-sql-kafka-0-10``; Databricks ships
+    it, ``make setup`` pins it locally). ``path`` is the topic list; ``kafka_options`` go to
+    the source as ``kafka.<name>``, already resolved (engine/secrets.py)."""
     if not options.kafka_bootstrap_servers:
         raise ValueError("sources.*.kafka_bootstrap_servers is required for format: kafka")
-    frame = (
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", options.kafka_bootstrap_servers)
         .option("subscribe", options.path)
-        .option("maxOffsetsPerTrigger", options.max_files_per_trigger)
+        .option("startingOffsets", options.starting_offsets)
+        .option("maxOffsetsPerTrigger", options.max_records_per_trigger)
         .option("includeHeaders", "true")
         .option("failOnDataLoss", "true")
-        .load()
     )
-    header = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(options.user_header))
+    for key, value in options.kafka_options.items():
+        reader = reader.option(f"kafka.{key}", value)
+    return kafka_rows(reader.load(), options, require_principal)
+
+
+LOG_APPEND_TIME = 1  # Kafka's timestampType: 0 CreateTime, 1 LogAppendTime
+TIMESTAMP_TYPES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
+PREVIEW_CHARS = 4096  # what rejected_events keeps of a record over max_record_bytes
+
+
+def kafka_rows(frame: Any, options: SourceOptions, require_principal: bool) -> Any:
+    """Kafka's columns (value, topic, partition, offset, timestamp, timestampType, headers) as
+    the raw event columns. The source refuses (``reject_reason``), before any parsing:
+
+    * a value over ``max_record_bytes`` (``raw`` keeps its first PREVIEW_CHARS characters),
+      a null value, a value that is not UTF-8 (kept with U+FFFD for the bad bytes);
+    * a record whose timestamp is not LogAppendTime (the key's order rests on it);
+    * with ``require_principal``, a record without exactly one ``user_header`` header with a
+      UTF-8 value: none would let the payload's ``user`` through, several would make the
+      choice arbitrary. The payload's ``user`` never stands in for the header.
+    """
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    size = F.octet_length(value)
+    text = value.cast("string")
+    limit = options.max_record_bytes
+    name = options.user_header
+    headers = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    # a record without any header has a null array, whose size is -1 or null (ANSI off or on)
+    count = F.when(F.col("headers").isNull(), F.lit(0)).otherwise(F.size(headers))
+    header = F.try_element_at(headers, F.lit(1))["value"].cast("string")
+    single = F.when(count == 1, header)
+    type_name = F.coalesce(
+        F.try_element_at(
+            F.create_map(*[F.lit(x) for pair in TIMESTAMP_TYPES.items() for x in pair]),
+            F.col("timestampType"),
+        ),
+        F.col("timestampType").cast("string"),
+    )
+    reason = (
+        F.when(value.isNull(), F.lit("no value (a null record)"))
+        .when(
+            size > limit,
+            F.format_string(f"too large: %d bytes, over max_record_bytes ({limit})", size),
+        )
+        .when(~F.is_valid_utf8(text), F.lit("not UTF-8"))
+        .when(
+            F.col("timestampType") != LOG_APPEND_TIME,
+            F.format_string(
+                "timestamp type %s: the topic must use message.timestamp.type=LogAppendTime",
+                type_name,
+            ),
+        )
+    )
+    if require_principal:
+        reason = (
+            reason.when(
+                count == 0,
+                F.lit(f"no {name!r} header: a quota request needs exactly one, set by the gateway"),
+            )
+            .when(
+                count > 1,
+                F.format_string(f"%d {name!r} headers: a quota request needs exactly one", count),
+            )
+            .when(
+                header.isNull() | (header == "") | ~F.is_valid_utf8(header),
+                F.lit(f"the {name!r} header has no UTF-8 value"),
+            )
+        )
+    raw = (
+        F.when(size > limit, F.substring(F.make_valid_utf8(text), 1, PREVIEW_CHARS))
+        .when(~F.is_valid_utf8(text), F.make_valid_utf8(text))
+        .otherwise(text)
+    )
     return frame.select(
-        F.col("value").cast("string").alias("raw"),
+        raw.alias("raw"),
         F.format_string("%s/%d/%d", "topic", "partition", "offset").alias("source"),
         F.unix_millis(F.col("timestamp")).alias("arrival_time_ms"),
-        (F.col("partition").cast("long") * F.lit(1 << 40) + F.col("offset")).alias("seq"),
-        F.element_at(header, 1)["value"].cast("string").alias("principal"),
+        F.lit(None).cast("long").alias("seq"),
+        F.when(F.is_valid_utf8(single), single).alias("principal"),
+        reason.alias("reject_reason"),
     )
 
 
@@ -148,5 +226,6 @@ def _delta(spark: Any, options: SourceOptions) -> Any:
         F.unix_millis(F.col("_commit_timestamp")).alias("arrival_time_ms"),
         (F.col("_commit_version") * F.lit(COMMIT_SHIFT)).alias("seq"),
         principal.cast("string").alias("principal"),
+        F.lit(None).cast("string").alias("reject_reason"),
     )
     return located.mapInPandas(number_lines, RAW_SCHEMA)

@@ -1,0 +1,258 @@
+"""The engine's own Kafka clients on the driver (kafka-python): the topic check at start and the
+answers producer. Spark's Kafka source is configured elsewhere (io/sources.py); both take the
+same client properties, by their Kafka names, so one ``kafka_options`` mapping serves both.
+
+``python_client_config`` turns Kafka's property names into kafka-python's keyword arguments:
+the security properties it can apply (``security.protocol``, ``sasl.mechanism``, a PLAIN or
+SCRAM ``sasl.jaas.config``, PEM trust stores, host name checking) and a few client settings.
+A security property it cannot apply (a JKS key store, Kerberos, OAuth) fails the start with its
+name: a client that silently dropped it would connect without it. Other properties (consumer
+tuning for Spark's source) do not concern these clients and are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from controlplane.engine.options import KafkaEndpoint
+
+log = logging.getLogger(__name__)
+
+LOG_APPEND_TIME: Final = "LogAppendTime"
+TIMESTAMP_TYPE: Final = "message.timestamp.type"
+TABLE_HEADER: Final = "table"
+
+
+class KafkaSetupError(RuntimeError):
+    """A topic or a client setting that the engine refuses to start with."""
+
+
+# Kafka property -> (kafka-python argument, conversion)
+_SIMPLE: Final[Mapping[str, tuple[str, type]]] = {
+    "security.protocol": ("security_protocol", str),
+    "sasl.mechanism": ("sasl_mechanism", str),
+    "client.id": ("client_id", str),
+    "request.timeout.ms": ("request_timeout_ms", int),
+    "max.request.size": ("max_request_size", int),
+    "linger.ms": ("linger_ms", int),
+    "compression.type": ("compression_type", str),
+}
+_JAAS_OPTION: Final = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s;]+))""")
+_JAAS_MODULES: Final = ("PlainLoginModule", "ScramLoginModule")
+
+
+def _jaas(value: str) -> dict[str, str]:
+    """User name and password of a PLAIN or SCRAM login module (Databricks shades the class as
+    ``kafkashaded.org.apache.kafka...``; only its last name matters here)."""
+    module = value.split(maxsplit=1)[0] if value.split() else ""
+    if not module.endswith(_JAAS_MODULES):
+        raise KafkaSetupError(
+            f"sasl.jaas.config: the engine's Python clients support PlainLoginModule and "
+            f"ScramLoginModule, not {module!r}"
+        )
+    found = {
+        match.group(1): next(g for g in match.groups()[1:] if g is not None)
+        for match in _JAAS_OPTION.finditer(value)
+    }
+    if "username" not in found or "password" not in found:
+        raise KafkaSetupError("sasl.jaas.config: needs username and password")
+    return {"sasl_plain_username": found["username"], "sasl_plain_password": found["password"]}
+
+
+def python_client_config(endpoint: KafkaEndpoint) -> dict[str, Any]:
+    """kafka-python keyword arguments for ``endpoint`` (see the module docstring)."""
+    options = dict(endpoint.options)
+    config: dict[str, Any] = {"bootstrap_servers": endpoint.bootstrap_servers.split(",")}
+    for key, (name, convert) in _SIMPLE.items():
+        if key in options:
+            config[name] = convert(options.pop(key))
+    if "sasl.jaas.config" in options:
+        config.update(_jaas(options.pop("sasl.jaas.config")))
+    algorithm = options.pop("ssl.endpoint.identification.algorithm", None)
+    if algorithm is not None:
+        config["ssl_check_hostname"] = algorithm.lower() == "https"
+    for store, argument in (("truststore", "ssl_cafile"), ("keystore", "ssl_certfile")):
+        location = options.pop(f"ssl.{store}.location", None)
+        store_type = options.pop(f"ssl.{store}.type", "JKS")
+        if location is not None:
+            if store_type.upper() != "PEM":
+                raise KafkaSetupError(
+                    f"ssl.{store}.location: the engine's Python clients read PEM files only "
+                    f"(ssl.{store}.type: PEM), not {store_type}"
+                )
+            config[argument] = location
+    if "ssl.key.password" in options:
+        config["ssl_password"] = options.pop("ssl.key.password")
+    unsupported = sorted(key for key in options if key.startswith(("ssl.", "sasl.")))
+    if unsupported:
+        raise KafkaSetupError(
+            f"Kafka client properties {unsupported} cannot be applied by the engine's Python "
+            "clients (topic check, answers producer)"
+        )
+    return config
+
+
+def _for_client(config: Mapping[str, Any], client: Any) -> dict[str, Any]:
+    """The arguments ``client`` takes (kafka-python refuses unknown ones)."""
+    return {key: value for key, value in config.items() if key in client.DEFAULT_CONFIG}
+
+
+def admin_client(endpoint: KafkaEndpoint, timeout_ms: int = 30_000) -> Any:
+    from kafka.admin import KafkaAdminClient
+
+    config = _for_client(python_client_config(endpoint), KafkaAdminClient)
+    config.setdefault("client_id", "controlplane-engine-admin")
+    config.setdefault("request_timeout_ms", timeout_ms)
+    return KafkaAdminClient(**config, bootstrap_timeout_ms=timeout_ms)
+
+
+def topic_names(path: str) -> list[str]:
+    """The topics of a Kafka source's ``path`` (Spark's ``subscribe``: comma-separated)."""
+    return [name.strip() for name in path.split(",") if name.strip()]
+
+
+def timestamp_types(admin: Any, topics: Sequence[str]) -> dict[str, str | None]:
+    """Each existing topic's ``message.timestamp.type`` (its own, or the broker default it
+    inherits); a topic that does not exist is left out."""
+    from kafka.admin import ConfigResource
+
+    existing = set(admin.list_topics())
+    found = [topic for topic in topics if topic in existing]
+    if not found:
+        return {}
+    described = admin.describe_configs(
+        [ConfigResource("TOPIC", topic, [TIMESTAMP_TYPE]) for topic in found],
+        config_filter="all",
+    )
+    by_topic = described.get("topic", {})
+    return {
+        topic: (by_topic.get(topic, {}).get(TIMESTAMP_TYPE) or {}).get("value") for topic in found
+    }
+
+
+def check_request_topics(endpoint: KafkaEndpoint, topics: Sequence[str]) -> None:
+    """Refuse to start unless every request topic exists with LogAppendTime timestamps: the
+    engine orders a key's records by their timestamp, which is the broker's clock only then
+    (CreateTime is each producer's clock, and reorders a partition's records)."""
+    admin = admin_client(endpoint)
+    try:
+        types = timestamp_types(admin, topics)
+    finally:
+        admin.close()
+    missing = [topic for topic in topics if topic not in types]
+    if missing:
+        raise KafkaSetupError(
+            f"Kafka request topic(s) {missing} do not exist on {endpoint.bootstrap_servers}: "
+            f"create them with {TIMESTAMP_TYPE}={LOG_APPEND_TIME}"
+        )
+    wrong = {topic: kind for topic, kind in types.items() if kind != LOG_APPEND_TIME}
+    if wrong:
+        fixes = "; ".join(
+            f"kafka-configs --alter --entity-type topics --entity-name {topic} "
+            f"--add-config {TIMESTAMP_TYPE}={LOG_APPEND_TIME}"
+            for topic in wrong
+        )
+        raise KafkaSetupError(
+            f"Kafka request topic(s) use {TIMESTAMP_TYPE} {wrong}, the engine needs "
+            f"{LOG_APPEND_TIME} (records are ordered by the broker's append time): {fixes}"
+        )
+
+
+def check_topic_exists(endpoint: KafkaEndpoint, topic: str) -> None:
+    admin = admin_client(endpoint)
+    try:
+        topics = set(admin.list_topics())
+    finally:
+        admin.close()
+    if topic not in topics:
+        raise KafkaSetupError(
+            f"the answers topic {topic!r} does not exist on {endpoint.bootstrap_servers}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRecord:
+    """One answer: the key a client reads its answers by, the Delta row, the table's name."""
+
+    key: str | None
+    row: Mapping[str, Any]
+    table: str
+
+    def value(self) -> bytes:
+        return json.dumps(self.row, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class AnswersNotDelivered(RuntimeError):
+    """Some answers of a batch were not acknowledged by the brokers: the batch fails."""
+
+
+class AnswersPublisher:
+    """A kafka-python producer with ``acks=all`` for one answers topic. ``publish`` sends the
+    batch's answers and returns only when every one is acknowledged, else raises (and drops
+    the producer, so the replayed batch starts on a fresh one). Kafka's default partitioner
+    (murmur2 of the key), so a client computes its partition from its key."""
+
+    def __init__(self, endpoint: KafkaEndpoint, topic: str, timeout_ms: int = 30_000) -> None:
+        self.endpoint = endpoint
+        self.topic = topic
+        self.timeout_ms = timeout_ms
+        self._producer: Any = None
+
+    def producer(self) -> Any:
+        if self._producer is None:
+            from kafka import KafkaProducer
+
+            config = _for_client(python_client_config(self.endpoint), KafkaProducer)
+            config.setdefault("client_id", "controlplane-engine-answers")
+            config.setdefault("request_timeout_ms", min(30_000, self.timeout_ms))
+            config["request_timeout_ms"] = min(int(config["request_timeout_ms"]), self.timeout_ms)
+            self._producer = KafkaProducer(
+                **config,
+                acks="all",
+                allow_auto_create_topics=False,
+                max_block_ms=self.timeout_ms,
+                delivery_timeout_ms=self.timeout_ms + int(config.get("linger_ms", 0)),
+            )
+        return self._producer
+
+    def publish(self, records: Iterable[AnswerRecord]) -> int:
+        """Send, flush, and check every acknowledgement; returns how many were sent."""
+        futures: list[Any] = []
+        try:
+            producer = self.producer()
+            for record in records:
+                key = None if record.key is None else record.key.encode("utf-8")
+                headers = [(TABLE_HEADER, record.table.encode("utf-8"))]
+                futures.append(
+                    producer.send(self.topic, key=key, value=record.value(), headers=headers)
+                )
+            if futures:
+                producer.flush(timeout=self.timeout_ms / 1000 + 5)
+        except Exception as exc:
+            self.close()
+            raise AnswersNotDelivered(
+                f"answers topic {self.topic}: {len(futures)} answers sent, not all "
+                f"acknowledged ({type(exc).__name__}: {exc})"
+            ) from exc
+        failed = [future for future in futures if not future.is_done or future.failed()]
+        if failed:
+            self.close()
+            first = failed[0].exception
+            raise AnswersNotDelivered(
+                f"answers topic {self.topic}: {len(failed)} of {len(futures)} answers not "
+                f"acknowledged ({type(first).__name__}: {first})"
+            )
+        return len(futures)
+
+    def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=5)
+            except Exception:  # closing a broken producer: nothing more to do
+                log.warning("answers producer did not close cleanly", exc_info=True)

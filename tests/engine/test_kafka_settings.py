@@ -1,0 +1,458 @@
+"""The Kafka side of the engine without a broker: source and answers settings, secret
+references, the translation of Kafka's client properties for the engine's own Python clients,
+the answers a batch publishes (after its Delta tables), and records the source refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from controlplane.core.config import ConfigError, parse_settings
+from controlplane.engine import launch
+from controlplane.engine.adapter import StateFunction, parse_row
+from controlplane.engine.batch import BatchSink, answer_records
+from controlplane.engine.options import (
+    EngineOptions,
+    KafkaEndpoint,
+    Keying,
+    SourceOptions,
+    TimeMode,
+    parse_engine_options,
+)
+from controlplane.engine.queries import QuotaKeyer
+from controlplane.engine.reload import SettingsSource
+from controlplane.engine.secrets import resolve, resolve_mapping
+from controlplane.io.kafka_clients import (
+    AnswerRecord,
+    AnswersNotDelivered,
+    KafkaSetupError,
+    python_client_config,
+)
+from engine.fakes import CountingRunner, FakeGroupState
+
+JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+
+
+def kafka(**source: Any) -> dict[str, Any]:
+    return {"format": "kafka", "path": "requests", "kafka_bootstrap_servers": "b:9092", **source}
+
+
+def parse(sources: dict[str, Any], engine: dict[str, Any] | None = None) -> EngineOptions:
+    return parse_engine_options(parse_settings({"sources": sources, "engine": engine or {}}))
+
+
+# --- source settings ---------------------------------------------------------------------
+
+
+def test_a_kafka_source_starts_from_the_earliest_offsets_by_default() -> None:
+    """``latest`` (Spark's default) would skip the backlog on a first start and after every
+    checkpoint reset."""
+    source = parse({"quota": kafka()}).quota_source
+    assert source is not None
+    assert source.starting_offsets == "earliest"
+    assert source.max_records_per_trigger == 10_000
+    offsets = {"requests": {"0": 42, "1": -2}}
+    again = parse({"quota": kafka(starting_offsets=offsets, max_records_per_trigger=500)})
+    assert again.quota_source is not None
+    assert json.loads(again.quota_source.starting_offsets) == offsets
+    assert again.quota_source.max_records_per_trigger == 500
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (kafka(max_files_per_trigger=10), r"\['max_files_per_trigger'\] do not apply to format "),
+        (kafka(clean_source="delete"), "do not apply to format kafka"),
+        ({"path": "in", "max_records_per_trigger": 5}, "do not apply to format jsonl"),
+        ({"path": "in", "kafka_options": {"a": "b"}}, "do not apply to format jsonl"),
+        (kafka(starting_offsets="oldest"), "starting_offsets: expected earliest, latest"),
+        (kafka(starting_offsets="[1]"), "starting_offsets"),
+        (kafka(max_records_per_trigger=0), "max_records_per_trigger: expected an integer >= 1"),
+        (kafka(max_record_bytes=True), "max_record_bytes"),
+        (kafka(kafka_options=["security.protocol"]), "kafka_options: expected a mapping"),
+        (
+            kafka(kafka_options={"kafka.security.protocol": "SSL"}),
+            "write the Kafka property name 'security.protocol' without kafka.",
+        ),
+        (kafka(kafka_options={"bootstrap.servers": "x"}), "use kafka_bootstrap_servers"),
+        (kafka(kafka_options={"auto.offset.reset": "latest"}), "use starting_offsets"),
+        (kafka(kafka_options={"value.deserializer": "x"}), "reads bytes"),
+        (kafka(kafka_options={"request.timeout.ms": [1]}), "expected a string, number or bool"),
+        (
+            kafka(kafka_options={"sasl.jaas.config": f'{JAAS} username="u" password="hunter2";'}),
+            "the JAAS password must be a secret reference",
+        ),
+        (
+            kafka(kafka_options={"ssl.truststore.password": "changeit"}),
+            "a password must be a secret reference, not inline",
+        ),
+        (
+            kafka(kafka_options={"ssl.key.password": "{{secrets/scope}}"}),
+            "malformed secret reference",
+        ),
+        (kafka(kafka_options={"sasl.jaas.config": "x ${ENV:}"}), "malformed secret reference"),
+    ],
+)
+def test_bad_kafka_source_settings_are_refused_naming_the_key(
+    source: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as error:
+        parse({"coordinator": source})
+    assert "sources.coordinator" in str(error.value)
+    assert "hunter2" not in str(error.value)
+    assert "changeit" not in str(error.value)
+
+
+def test_kafka_options_are_kafka_property_names_with_text_values() -> None:
+    jaas = f'{JAAS} username="{{{{secrets/kafka/user}}}}" password="${{ENV:KAFKA_PASSWORD}}";'
+    source = parse(
+        {
+            "coordinator": kafka(
+                kafka_options={
+                    "security.protocol": "SASL_SSL",
+                    "sasl.jaas.config": jaas,
+                    "request.timeout.ms": 20000,
+                    "ssl.endpoint.identification.algorithm": "",
+                    "check.crcs": True,
+                }
+            )
+        }
+    ).coordinator_source
+    assert source is not None
+    assert source.kafka_options == {
+        "security.protocol": "SASL_SSL",
+        "sasl.jaas.config": jaas,
+        "request.timeout.ms": "20000",
+        "ssl.endpoint.identification.algorithm": "",
+        "check.crcs": "true",
+    }
+    assert "kafka_options" not in repr(source)  # resolved, they are credentials
+
+
+# --- answers settings ----------------------------------------------------------------------
+
+
+def test_the_answers_go_to_the_brokers_of_a_kafka_source_by_default() -> None:
+    options = parse(
+        {"coordinator": kafka(kafka_options={"security.protocol": "SSL"})},
+        {"answers_topic": "answers"},
+    )
+    assert options.coordinator_source is not None
+    endpoint = options.answers_endpoint(options.coordinator_source)
+    assert endpoint == KafkaEndpoint("b:9092", {"security.protocol": "SSL"})
+
+
+def test_answers_settings_of_their_own_win() -> None:
+    options = parse(
+        {"coordinator": {"path": "in"}, "quota": kafka()},
+        {
+            "answers_topic": "answers",
+            "answers_bootstrap_servers": "other:9093",
+            "answers_kafka_options": {"security.protocol": "SASL_SSL"},
+            "answers_timeout_ms": 5000,
+        },
+    )
+    assert options.coordinator_source is not None
+    assert options.quota_source is not None
+    for source in (options.coordinator_source, options.quota_source):
+        assert options.answers_endpoint(source) == KafkaEndpoint(
+            "other:9093", {"security.protocol": "SASL_SSL"}
+        )
+    assert options.answers_timeout_ms == 5000
+
+
+@pytest.mark.parametrize(
+    ("sources", "engine", "message"),
+    [
+        ({"coordinator": {"path": "in"}}, {"answers_topic": "a"}, "answers_bootstrap_servers"),
+        ({"coordinator": kafka()}, {"answers_timeout_ms": 5000}, "need engine.answers_topic"),
+        ({"coordinator": kafka()}, {"answers_topic": ""}, "engine.answers_topic"),
+        (
+            {"coordinator": kafka()},
+            {"answers_topic": "a", "answers_kafka_options": {"sasl.password": "x"}},
+            "engine.answers_kafka_options.sasl.password",
+        ),
+    ],
+)
+def test_bad_answers_settings_are_refused(
+    sources: dict[str, Any], engine: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse(sources, engine)
+
+
+def test_no_answers_topic_no_answers() -> None:
+    options = parse({"coordinator": kafka()})
+    assert options.coordinator_source is not None
+    assert options.answers_endpoint(options.coordinator_source) is None
+
+
+# --- secret references ---------------------------------------------------------------------
+
+
+def test_references_are_replaced_where_they_stand() -> None:
+    jaas = f'{JAAS} username="{{{{secrets/kafka/user}}}}" password="${{ENV:KAFKA_PW}}";'
+    secrets = {("kafka", "user"): "svc-engine"}
+    resolved = resolve("k", jaas, lambda scope, key: secrets[(scope, key)], {"KAFKA_PW": "s3cr3t"})
+    assert resolved == f'{JAAS} username="svc-engine" password="s3cr3t";'
+    assert resolve("k", "plain text", None, {}) == "plain text"
+
+
+def test_an_unset_variable_or_a_missing_secret_store_refuses_to_start_without_values() -> None:
+    with pytest.raises(ConfigError, match=r"k\.sasl\.jaas\.config: environment variable PW is"):
+        resolve_mapping("k", {"sasl.jaas.config": "p=${ENV:PW}"}, None, {"OTHER": "x"})
+    with pytest.raises(ConfigError, match="needs the Databricks secret store"):
+        resolve("k", "{{secrets/kafka/pw}}", None, {})
+
+    def failing(scope: str, key: str) -> str:
+        raise PermissionError("the value must not leak: s3cr3t")
+
+    with pytest.raises(ConfigError, match="cannot read secret 'pw' of scope 'kafka'") as error:
+        resolve("k", "{{secrets/kafka/pw}}", failing, {})
+    assert "s3cr3t" not in str(error.value)
+
+
+# --- Kafka properties for the engine's Python clients ---------------------------------------
+
+
+def test_sasl_properties_become_kafka_python_arguments() -> None:
+    for module in (
+        "org.apache.kafka.common.security.plain.PlainLoginModule",
+        "kafkashaded.org.apache.kafka.common.security.scram.ScramLoginModule",  # Databricks
+    ):
+        endpoint = KafkaEndpoint(
+            "a:9093,b:9093",
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.jaas.config": f"{module} required username='svc' password=\"p w\";",
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": "/etc/ca.pem",
+                "ssl.endpoint.identification.algorithm": "",
+                "request.timeout.ms": "20000",
+                "fetch.min.bytes": "1",  # consumer tuning for Spark: not for these clients
+            },
+        )
+        assert python_client_config(endpoint) == {
+            "bootstrap_servers": ["a:9093", "b:9093"],
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": "svc",
+            "sasl_plain_password": "p w",
+            "ssl_cafile": "/etc/ca.pem",
+            "ssl_check_hostname": False,
+            "request_timeout_ms": 20000,
+        }
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ssl.truststore.location": "/etc/trust.jks"}, "PEM files only"),
+        ({"sasl.kerberos.service.name": "kafka"}, r"\['sasl.kerberos.service.name'\] cannot be"),
+        ({"sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;"}, "Krb5"),
+        ({"sasl.jaas.config": f"{JAAS} username='u';"}, "needs username and password"),
+    ],
+)
+def test_security_properties_the_python_clients_cannot_apply_refuse_the_start(
+    options: dict[str, str], message: str
+) -> None:
+    """Dropping one would connect without it."""
+    with pytest.raises(KafkaSetupError, match=message):
+        python_client_config(KafkaEndpoint("b:9092", options))
+
+
+# --- the answers of a batch -----------------------------------------------------------------
+
+
+def test_each_decision_is_answered_under_its_group_and_each_quota_decision_under_its_user() -> None:
+    rows = {
+        "decisions": [
+            {"event_id": "e1", "group_id": "orders", "type": "join", "batch_id": 7, "x": 1},
+        ],
+        "quota_decisions": [
+            {"event_id": "q1", "user": "alice", "client_id": "tf", "batch_id": 7},
+            {"event_id": "q2", "user": None, "client_id": "tf", "batch_id": 7},
+        ],
+        "group_events": [{"group_id": "orders", "kind": "member_added"}],
+    }
+    records = answer_records(rows)
+    assert [(r.table, r.key, r.row["event_id"]) for r in records] == [
+        ("decisions", "orders", "e1"),
+        ("quota_decisions", "alice", "q1"),
+        ("quota_decisions", "tf", "q2"),
+    ]
+    decision = json.loads(records[0].value())
+    assert "x" not in decision  # the Delta row's columns, no more
+    assert decision["batch_id"] == 7
+    assert decision["member_id"] is None
+    assert "processed_at_ms" in decision
+
+
+class RecordingWriter:
+    kind = "fake"
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def write(self, table: str, rows: Any, batch_id: int) -> bool:
+        self.log.append(f"write {table} ({len(rows)})")
+        return True
+
+
+class RecordingPublisher:
+    topic = "answers"
+
+    def __init__(self, log: list[str], fail: bool = False) -> None:
+        self.log = log
+        self.fail = fail
+        self.records: list[AnswerRecord] = []
+
+    def publish(self, records: list[AnswerRecord]) -> int:
+        self.log.append(f"publish ({len(records)})")
+        if self.fail:
+            raise AnswersNotDelivered("answers topic answers: 1 of 1 answers not acknowledged")
+        self.records.extend(records)
+        return len(records)
+
+
+class Batch:
+    sparkSession = None
+
+    def __init__(self, envelopes: list[tuple[str, dict[str, Any]]]) -> None:
+        self.envelopes = envelopes
+
+    def toArrow(self) -> pa.Table:
+        return pa.table(
+            {
+                "table": [table for table, _ in self.envelopes],
+                "row": [json.dumps(row) for _, row in self.envelopes],
+            }
+        )
+
+
+def sink(tmp_path: Path, publisher: Any, log: list[str]) -> BatchSink:
+    tables = ("decisions", "group_events", "groups", "rejected_events")
+    result = BatchSink("coordinator", tables, str(tmp_path), str(tmp_path), "delta-rs", publisher)
+    result._writer = RecordingWriter(log)
+    return result
+
+
+BATCH = [
+    ("decisions", {"event_id": "e1", "group_id": "g"}),
+    ("group_events", {"group_id": "g", "kind": "member_added"}),
+    ("rejected_events", {"raw": "x", "reason": "not JSON"}),
+    ("_metrics", {"events": 1}),
+]
+
+
+def test_the_answers_are_published_after_every_delta_table_is_written(tmp_path: Path) -> None:
+    log: list[str] = []
+    publisher = RecordingPublisher(log)
+    sink(tmp_path, publisher, log)(Batch(BATCH), 3)
+    assert log == [
+        "write decisions (1)",
+        "write group_events (1)",
+        "write groups (0)",
+        "write rejected_events (1)",
+        "publish (1)",
+    ]
+    [answer] = publisher.records
+    assert (answer.key, answer.row["event_id"], answer.row["batch_id"]) == ("g", "e1", 3)
+
+
+def test_a_failed_publish_fails_the_batch_once_delta_is_written(tmp_path: Path) -> None:
+    """Spark then runs the batch again: Delta skips what it has, the answers go out again."""
+    log: list[str] = []
+    with pytest.raises(AnswersNotDelivered):
+        sink(tmp_path, RecordingPublisher(log, fail=True), log)(Batch(BATCH), 3)
+    assert log[-1] == "publish (1)"
+    assert log[:-1] == [line for line in log if line.startswith("write")]
+
+
+# --- records the source refused ---------------------------------------------------------------
+
+
+def test_a_record_the_source_refused_is_rejected_with_its_reason_not_parsed() -> None:
+    row = {
+        "raw": json.dumps({"event_id": "a", "type": "count", "user": "mallory"}),
+        "source": "requests/1/42",
+        "arrival_time_ms": 5,
+        "seq": None,
+        "principal": None,
+        "reject_reason": "no 'user' header: a quota request needs exactly one",
+    }
+    assert parse_row(row, TimeMode.PROCESSING_TIME, 10) == {
+        "raw": row["raw"],
+        "reason": "no 'user' header: a quota request needs exactly one",
+        "source": "requests/1/42",
+        "arrival_time_ms": 5,
+    }
+    state = FakeGroupState(batch_time_ms=10)
+    out = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME).call(
+        iter([pd.DataFrame([{**row, "key": "k"}])]), state
+    )
+    assert [table for table, _ in out] == ["rejected_events", "_metrics"]
+
+
+def test_a_kafka_record_is_named_by_topic_partition_and_offset() -> None:
+    """A file line is ``file:N`` (1-based); a Kafka record's source names it already."""
+    row = {"raw": '{"event_id": "a"}', "source": "requests/1/42", "arrival_time_ms": 5}
+    kafka_event = parse_row({**row, "seq": None}, TimeMode.PROCESSING_TIME, 10)
+    file_event = parse_row({**row, "source": "f.jsonl", "seq": 3}, TimeMode.PROCESSING_TIME, 10)
+    assert getattr(kafka_event, "line", None) == "requests/1/42"
+    assert getattr(file_event, "line", None) == "f.jsonl:4"
+
+
+def test_the_quota_keyer_never_resolves_a_refused_record() -> None:
+    """Its payload claims a user: keying by it would put the claim in that user's bucket."""
+    quotas = parse_settings({"quotas": [{"user": "<default>", "controller_mutation_rate": 10}]})
+    keyer = QuotaKeyer(SettingsSource(path=None, initial=quotas), Keying.GROUP, 64)
+    raw = json.dumps({"type": "create_topics", "user": "mallory", "client_id": "c"})
+    frame = pd.DataFrame(
+        [
+            {"raw": raw, "source": "t/0/1", "arrival_time_ms": 1, "seq": None}
+            | {"principal": None, "reject_reason": "no 'user' header"},
+            {"raw": raw, "source": "t/0/2", "arrival_time_ms": 1, "seq": None}
+            | {"principal": "alice", "reject_reason": None},
+        ]
+    )
+    [out] = list(keyer(iter([frame])))
+    assert out["key"].tolist() == ["", "user=alice"]
+    assert out["reject_reason"].tolist()[0] == "no 'user' header"
+
+
+# --- the job ---------------------------------------------------------------------------------
+
+
+def test_a_kafka_setup_error_ends_the_job_with_status_2_and_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from controlplane.engine import queries
+
+    config = tmp_path / "conf.yaml"
+    config.write_text(
+        "sources:\n  coordinator: {format: kafka, path: t, kafka_bootstrap_servers: b:1}\n"
+    )
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise KafkaSetupError("Kafka request topic(s) use message.timestamp.type {'t': 'X'}")
+
+    class Spark:
+        streams = None
+
+    monkeypatch.setattr(launch, "session_for", lambda *args: Spark())
+    monkeypatch.setattr(queries, "register_progress_listener", lambda *args: None)
+    monkeypatch.setattr(queries, "build_coordinator_query", refuse)
+    assert launch.run(["--config", str(config)], ["coordinator"], "") == 2
+    assert "coordinator: Kafka request topic(s) use message.timestamp.type" in caplog.text
+
+
+def test_source_options_built_in_code_keep_the_defaults() -> None:
+    source = SourceOptions(format="kafka", path="t", kafka_bootstrap_servers="b:1")
+    assert (source.starting_offsets, source.max_record_bytes) == ("earliest", 1_048_576)
