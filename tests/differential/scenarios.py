@@ -1,0 +1,8 @@
+"""Every differential scenario (docs/conformance.md)."""
+
+from __future__ import annotations
+
+from differential.scenarios_group import GROUP_SCENARIOS
+from differential.script import Scenario
+
+SCENARIOS: tuple[Scenario, ...] = GROUP_SCENARIOS
