@@ -20,6 +20,7 @@ broker that parks what we answer at once cannot pass for immediate.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -296,15 +297,15 @@ class BrokerPlayer:
         the time it was sent (``times_ms``); the broker handled it somewhere between that and
         its answer. The bucket refilled for the time since an earlier request j, which the
         broker saw as between (sent_k - answered_j) and (answered_k - sent_j), and we as
-        (sent_k - sent_j): off by at most the longer of the two round trips (1 ms more for
-        the rounding of each)."""
+        (sent_k - sent_j): off by at most the longer of the two round trips, in whole ms (1 ms
+        more for the rounding of the throttle time)."""
         quota = [s for s in self.sent if isinstance(s.step, QuotaRequest) and s.done_at]
         tolerances: dict[str, int] = {}
         longest = 0.0
         for sent in quota:
             assert sent.done_at is not None
             longest = max(longest, sent.done_at - sent.sent_at)
-            tolerances[sent.label] = int(longest * 1000) + 2
+            tolerances[sent.label] = math.ceil(round(longest * 1000, 3)) + 1
         return tolerances
 
     # --- requests -------------------------------------------------------------------------

@@ -10,8 +10,10 @@ it also tells the broker player how long to wait for each answer), on the broker
 sleeps, and on our side again at the times the broker run actually had (each request at the
 moment it was sent, each wait ending when the next step began). The comparison is between the
 last two, so that the milliseconds a loaded machine adds to a run shift both sides alike. If our
-two runs disagree, the broker run did not test what the script says (a step ran so late that a
-timer moved across it): the scenario is played once more, then reported.
+two plays disagree, the broker run did not test what the script says (a step ran so late that a
+timer moved across it), and likewise if a strict quota decision of the run fell closer to the
+other outcome than the clock can tell (``undecided``): the scenario is played once more, on a
+new group id and new principals, then reported.
 """
 
 from __future__ import annotations

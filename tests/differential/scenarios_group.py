@@ -168,6 +168,22 @@ JOIN_AND_REBALANCE: tuple[Scenario, ...] = (
         "when everyone rejoined",
     ),
     Scenario(
+        "new_member_during_completing_rebalance",
+        MAIN,
+        (
+            *completing(),
+            Sync("B"),  # parked
+            Join("C", 3),  # a new member: rebalance; B's parked sync is REBALANCE_IN_PROGRESS
+            Heartbeat("A"),
+            Join("A", 4),
+            Join("B", 4),  # the last one awaited: generation 3 with A, B, C
+            Sync("A", assignments={"A": b"a", "B": b"b", "C": b"c"}),
+            Sync("C"),
+        ),
+        "a member joining while the group completes a rebalance starts another one: parked "
+        "SyncGroups are answered REBALANCE_IN_PROGRESS",
+    ),
+    Scenario(
         "leader_rejoin_in_stable_rebalances",
         MAIN,
         (
@@ -491,6 +507,23 @@ LEAVE_AND_STATIC: tuple[Scenario, ...] = (
         "LeaveGroup by instance id: an unknown instance is UNKNOWN_MEMBER_ID, a wrong member id "
         "for the instance FENCED_INSTANCE_ID, an empty member id removes the static member "
         "(S91, S92)",
+    ),
+    Scenario(
+        "static_replacement_fences_the_parked_join",
+        MAIN,
+        (
+            *two_stable(a={"version": 5, "instance": "a"}),
+            Join("A", 5, instance="a"),  # the leader rejoins: PreparingRebalance, A parked
+            Join("A", 5, member="", instance="a", conn="A2"),  # replaces A: its join is fenced
+            Heartbeat("B"),
+            Join("B", 4),  # the last one awaited: generation 3, led by A's new id
+            Sync("A", instance="a", conn="A2", assignments={Id("A", 2): b"a3", "B": b"b3"}),
+            Sync("B"),
+            Heartbeat("A", member=Id("A", 1), instance="a", conn="A2"),
+        ),
+        "a static member rejoining with an empty member id while its old id's join is parked: "
+        "the parked join is answered FENCED_INSTANCE_ID, the new id takes its place and the "
+        "join phase completes with it (§3.6)",
     ),
     Scenario(
         "static_member_that_does_not_rejoin_stays",
