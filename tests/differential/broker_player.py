@@ -11,7 +11,7 @@ the ``admin`` principal.
 Slots. Every answer is put in the slot of the step (or wait) during which it arrived: the last
 step sent, or wait begun, before the answer. Waiting for an answer is bounded by what our side
 did with the same step (``Expectations``): a request we answered at once is awaited up to
-``OWN_WAIT_S``, one we parked only ``SETTLE_S`` (long enough for a loopback round trip); answers
+``OWN_WAIT_S``, one we parked only ``SETTLE_S`` (many loopback round trips); answers
 we released in a slot are awaited up to ``RELEASE_WAIT_S`` before the next step is sent. The
 expectations only bound the waiting: an answer Kafka gives in another slot still lands in that
 slot, and an answer to the step itself that took longer than ``SLOW_S`` is marked slow, so a
@@ -55,7 +55,7 @@ from differential.script import (
 )
 
 OWN_WAIT_S = 5.0
-SETTLE_S = 0.15
+SETTLE_S = 0.3
 RELEASE_WAIT_S = 3.0
 SLOW_S = 1.0
 QUIET_S = 0.02  # after each step: answers it released arrive before the next step is sent

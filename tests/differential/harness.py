@@ -11,9 +11,10 @@ sleeps, and on our side again at the times the broker run actually had (each req
 moment it was sent, each wait ending when the next step began). The comparison is between the
 last two, so that the milliseconds a loaded machine adds to a run shift both sides alike. If our
 two plays disagree, the broker run did not test what the script says (a step ran so late that a
-timer moved across it), and likewise if a strict quota decision of the run fell closer to the
-other outcome than the clock can tell (``undecided``): the scenario is played once more, on a
-new group id and new principals, then reported.
+timer moved across it); likewise if a strict quota decision of the run fell closer to the other
+outcome than the clock can tell (``undecided``), or if the broker was so slow that a parked
+request may have been overtaken by the next step (``unordered``). Such a run is played again, on
+a new group id and new principals, up to ``ATTEMPTS`` times, then reported.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from controlplane.io.broker import LocalBroker
-from differential.broker_player import BrokerPlayer, Connection, Expectations
+from differential.broker_player import SETTLE_S, BrokerPlayer, Connection, Expectations
 from differential.observe import Comparison, Played, compare
 from differential.our_player import OurPlayer
 from differential.script import (
@@ -160,7 +161,9 @@ def play(broker: LocalBroker, scenario: Scenario) -> Result:
             scripted = OurPlayer(run).play()
             kafka = BrokerPlayer(broker, run, Expectations.of(scripted)).play()
             ours = OurPlayer(run, kafka.times_ms).play()
-            drift = timing_drift(scripted, ours) + undecided(ours, kafka)
+            drift = (
+                timing_drift(scripted, ours) + undecided(ours, kafka) + unordered(scripted, kafka)
+            )
             if not drift or attempt == ATTEMPTS:
                 break
             retried_for += [f"attempt {attempt}: {line}" for line in drift]
@@ -177,6 +180,27 @@ def play(broker: LocalBroker, scenario: Scenario) -> Result:
             "at the script's:\n" + "\n".join(drift)
         )
     return Result(scenario, kafka, ours, comparison, attempt, time.monotonic() - began, retried_for)
+
+
+def unordered(scripted: Played, kafka: Played) -> list[str]:
+    """A request our side parks gets ``SETTLE_S`` on the broker before the next step goes out,
+    on another connection: the order of the two holds if the broker takes the parked one in
+    within that time. No answer says when it did; the answers to the run's immediate group
+    requests say how long the broker took to handle a request. If one took longer than the
+    settle, the run's order is not established."""
+    expected = Expectations.of(scripted)
+    if all(expected.immediate(name) for name in kafka.round_trips_ms):
+        return []  # nothing parked
+    settle_ms = SETTLE_S * 1000
+    return [
+        f"{name}: answered in {ms} ms, longer than the {settle_ms:.0f} ms a parked request gets"
+        for name, ms in sorted(kafka.round_trips_ms.items())
+        if expected.immediate(name) and ms > settle_ms and not _is_quota(name, scripted)
+    ]
+
+
+def _is_quota(name: str, played: Played) -> bool:
+    return "throttle_time_ms" in played.observations.get(name, {})
 
 
 def undecided(ours: Played, kafka: Played) -> list[str]:

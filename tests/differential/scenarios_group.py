@@ -770,10 +770,10 @@ INITIAL_DELAY_AND_MAX_SIZE: tuple[Scenario, ...] = (
             Join("A", 3),
             Join("B", 3),
             Join("C", 3),  # t=0: B and C extend the initial delay to t=2 s
-            Wait(1500),
-            Join("D", 3),  # t=1.5 s: 3 members awaiting the join: full
+            Wait(900),
+            Join("D", 3),  # t=0.9 s: 3 members awaiting the join: full
             Join("D", 4),
-            Wait(1000),  # t=2.5 s: generation 1 with A, B, C
+            Wait(1600),  # t=2.5 s: generation 1 with A, B, C
             Sync("B"),
             Sync("C"),
             Sync("A", assignments={"A": b"a", "B": b"b", "C": b"c"}),

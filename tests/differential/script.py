@@ -247,7 +247,7 @@ class Scenario:
         return list(names)
 
 
-ATTEMPTS = 2  # a run whose timing did not follow its script is played once more
+ATTEMPTS = 3  # a run that did not test what its script says is played again, twice at most
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from differential.broker_player import BrokerPlayer, Expectations, Sent
-from differential.harness import timing_drift, undecided
+from differential.harness import timing_drift, undecided, unordered
 from differential.observe import DIFFERENCES, Answer, Played, Roles, compare, normalize
 from differential.our_player import OurPlayer
 from differential.scenarios import SCENARIOS
@@ -172,6 +172,33 @@ def test_a_strict_decision_closer_to_the_other_outcome_than_the_clock_tells_is_u
     kafka = played({}, throttle_tolerance_ms={"03 u1.CreateTopics": 300})
     assert undecided(played({}, margins_s={"03 u1.CreateTopics": [5.0, -0.25]}), kafka)
     assert not undecided(played({}, margins_s={"03 u1.CreateTopics": [5.0, -0.35]}), kafka)
+
+
+def test_a_slow_broker_leaves_the_order_of_a_parked_request_unestablished() -> None:
+    """rebalance_two_members parks B's join: if any immediate group request of the run took the
+    broker longer than the settle the parked one got, the run is played again."""
+    scenario = BY_NAME["rebalance_two_members"]
+    scripted = OurPlayer(Run(scenario, 1, "g")).play()
+    names = [label(i, s) for i, s in enumerate(scenario.steps)]
+    fast = played({}, round_trips_ms=dict.fromkeys(names, 20))
+    assert unordered(scripted, fast) == []
+    slow = played({}, round_trips_ms={**dict.fromkeys(names, 20), "05 A.Heartbeat": 400})
+    assert unordered(scripted, slow) == [
+        "05 A.Heartbeat: answered in 400 ms, longer than the 300 ms a parked request gets"
+    ]
+    # the parked join's own wait is no measure of the broker's speed
+    parked_slow = played({}, round_trips_ms={**dict.fromkeys(names, 20), "04 B.Join": 900})
+    assert unordered(scripted, parked_slow) == []
+    # with nothing parked, order needs no settle
+    alone = BY_NAME["heartbeat_errors"]
+    alone_names = [label(i, s) for i, s in enumerate(alone.steps)]
+    assert (
+        unordered(
+            OurPlayer(Run(alone, 1, "g")).play(),
+            played({}, round_trips_ms=dict.fromkeys(alone_names, 400)),
+        )
+        == []
+    )
 
 
 def test_our_side_measures_each_strict_decision_in_seconds_of_refill() -> None:
