@@ -54,15 +54,23 @@ def test_describe_a_stable_group() -> None:
 
 
 def test_describe_outside_stable_and_completing_has_no_protocol_name() -> None:
+    """The protocol name only in Stable and CompletingRebalance (docs/reference/events.md §2);
+    the members' stored assignments in every state, as Kafka's DescribeGroups shows them: while
+    a rebalance from Stable prepares, the previous generation's (found against a real broker,
+    docs/conformance.md)."""
     h = CoordinatorHarness()
     a = dyn1(h)
     h.join(a)  # the leader's join in Stable rebalances ... and completes at once
-    h.join()  # a new member: PreparingRebalance
+    assert_sync(h.sync(a, 2, assignments={a: "AAE="}), Errors.NONE, "AAE=")
+    b = h.join().member_id  # a new member: PreparingRebalance
     h.assert_state(PREPARING, 2)
     answer = h.describe()
     assert answer.group_state == "PreparingRebalance"
     assert answer.protocol_name == ""
-    assert all(m.assignment is None for m in answer.group_members or ())
+    assert [(m.member_id, m.assignment) for m in answer.group_members or ()] == [
+        (a, "AAE="),
+        (b, ""),
+    ]
 
 
 def test_delete_group_only_when_empty() -> None:

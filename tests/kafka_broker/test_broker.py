@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.io.broker import ADMIN_USER, LocalBroker, properties_text
+from controlplane.io.broker import ADMIN_USER, LocalBroker, plain_jaas_config, properties_text
 from controlplane.io.kafka_clients import timestamp_types
 from controlplane.jvm import JARS_ENV, MissingJvm
 from kafka_broker.conftest import poll_until, send_request
@@ -317,3 +317,16 @@ def test_the_cli_runs_in_the_foreground_keeps_data_and_stops_on_ctrl_c(tmp_path:
             admin.close()
         assert f"cluster.id={again.cluster_id}" in cluster_id
     assert (data / "server.properties").is_file()
+
+
+def test_extra_users_log_in_with_their_own_passwords_beside_the_standard_ones() -> None:
+    """Users given at construction join the JAAS config the broker starts with (no JVM needed
+    to check what is written)."""
+    broker = LocalBroker(extra_users={"carol": "carol-pw"})
+    assert broker.client_config("carol")["sasl_plain_password"] == "carol-pw"
+    assert broker.client_config("alice")["sasl_plain_password"] == "alice-secret"
+    jaas = plain_jaas_config(broker.users, ADMIN_USER)
+    assert 'user_carol="carol-pw"' in jaas
+    assert 'user_bob="bob-secret"' in jaas
+    with pytest.raises(KeyError):
+        LocalBroker().client_config("carol")

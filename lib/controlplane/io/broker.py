@@ -5,8 +5,9 @@ copies them into ``.venv/jars/broker``) in KRaft mode, one JVM that is both brok
 controller (``node.id=1``), listening on loopback only:
 
 - ``PLAINTEXT`` (also the inter-broker listener): every client is ``User:ANONYMOUS``;
-- ``SASL_PLAINTEXT`` with SASL/PLAIN users ``admin``, ``alice`` and ``bob`` (``SASL_USERS``), so
-  that per-user quotas such as ``controller_mutation_rate`` have a principal to apply to;
+- ``SASL_PLAINTEXT`` with SASL/PLAIN users ``admin``, ``alice`` and ``bob`` (``SASL_USERS``) and
+  any ``extra_users``, so that per-user quotas such as ``controller_mutation_rate`` have a
+  principal to apply to (the users are static settings: fixed when the broker starts);
 - ``CONTROLLER`` (the KRaft quorum, a static voter set of one), not advertised to clients.
 
 Ports are free ones unless given. Configuration, data and logs live in one directory, a temporary
@@ -231,6 +232,7 @@ class LocalBroker:
         group_min_session_timeout_ms: int = KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS,
         group_max_size: int = KAFKA_GROUP_MAX_SIZE,
         extra_config: Mapping[str, str] | None = None,
+        extra_users: Mapping[str, str] | None = None,
         heap: str = HEAP,
         start_timeout_s: float = 90.0,
         stop_grace_s: float = 15.0,
@@ -248,7 +250,7 @@ class LocalBroker:
         self.stop_grace_s = stop_grace_s
         self.class_archive = class_archive
         self._archive: ClassArchive | None = None
-        self.users: Mapping[str, str] = dict(SASL_USERS)
+        self.users: Mapping[str, str] = {**SASL_USERS, **(extra_users or {})}
         self.port = 0
         self.sasl_port = 0
         self.controller_port = 0
@@ -271,7 +273,7 @@ class LocalBroker:
 
     def client_config(self, user: str | None = None) -> dict[str, Any]:
         """kafka-python keyword arguments: PLAINTEXT (``User:ANONYMOUS``) without a user, else
-        SASL/PLAIN as that user with the password of ``SASL_USERS``."""
+        SASL/PLAIN as that user with its password (``SASL_USERS`` or ``extra_users``)."""
         if user is None:
             return {"bootstrap_servers": self.bootstrap_servers}
         if user not in self.users:

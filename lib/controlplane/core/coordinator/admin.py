@@ -12,20 +12,21 @@ from controlplane.core.coordinator.requests import Header, RequestType
 from controlplane.core.coordinator.state import Group, GroupPhase, Member
 from controlplane.core.errors import Errors
 
-_ASSIGNED = (GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE)
+# docs/reference/events.md §2: the protocol name is "" outside these states.
+_PROTOCOL_SHOWN = (GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE)
 
 
-def described_members(
-    phase: GroupPhase, members: tuple[Member, ...]
-) -> tuple[DescribedMember, ...]:
-    """Assignments are shown in Stable and CompletingRebalance only, as Kafka's summary."""
+def described_members(members: tuple[Member, ...]) -> tuple[DescribedMember, ...]:
+    """Each member's stored assignment, in every state, as Kafka's coordinator describes a
+    classic group (``describeNoMetadata``, GMM:716): during a rebalance from Stable that is the
+    previous generation's assignment, after one from CompletingRebalance empty."""
     return tuple(
         DescribedMember(
             m.member_id,
             m.group_instance_id,
             m.client_id,
             m.client_host,
-            m.assignment if phase in _ASSIGNED else None,
+            m.assignment,
             m.offline_since_ms is not None,
         )
         for m in members
@@ -47,9 +48,9 @@ def summary(group: Group | None) -> dict[str, Any]:
         "group_state": group.phase.value,
         "generation_id": group.generation_id,
         "protocol_type": group.protocol_type or "",
-        "protocol_name": (group.protocol_name or "") if group.phase in _ASSIGNED else "",
+        "protocol_name": (group.protocol_name or "") if group.phase in _PROTOCOL_SHOWN else "",
         "leader_id": group.leader_id or "",
-        "group_members": described_members(group.phase, group.members),
+        "group_members": described_members(group.members),
     }
 
 

@@ -60,7 +60,7 @@ class DescribedMember:
     group_instance_id: str | None
     client_id: str
     client_host: str
-    assignment: str | None  # base64
+    assignment: str  # base64, the stored assignment ("" = none), in every state
     offline: bool
 
 
