@@ -10,6 +10,7 @@ that does not parse).
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from dataclasses import dataclass
@@ -181,7 +182,11 @@ def query_spark(tables: Tables, sql: str) -> Any:
 def spark_sql(spark: Any, sql: str, tables: Tables, names: list[str]) -> Any:
     from pyspark.errors import AnalysisException, ParseException
 
-    spark.sparkContext.setLogLevel("FATAL")  # Spark logs the errors we report in one line
+    # Spark logs the errors we report in one line: its JVM logs, and PySpark's loggers that
+    # print an exception's query context when the exception is turned into text.
+    spark.sparkContext.setLogLevel("FATAL")
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logging.getLogger(name).disabled = True
     try:
         return spark.sql(sql).toArrow()
     except ParseException as error:
