@@ -12,6 +12,9 @@ real clients talking to them through the landing directories and the Delta table
 
 It prints progress while it runs, stops by itself, and ends with a summary from SQL over the
 Delta outputs. Timeouts come from the ``client`` section, the story's timing from ``demo``.
+
+``--transport kafka`` runs the same fleet over Kafka instead (cli/demo_kafka.py): a local
+broker, Kafka sources and an answers topic for the engine, a KafkaTransport for the clients.
 """
 
 from __future__ import annotations
@@ -88,6 +91,13 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--duration-s", type=int, help="override demo.duration_s")
     parser.add_argument("--keep", action="store_true", help="keep earlier output (no wipe)")
     parser.add_argument("--verbose", action="store_true", help="log every micro-batch")
+    parser.add_argument(
+        "--transport",
+        choices=("files", "kafka"),
+        default="files",
+        help="files: landing directories and Delta reads (default); kafka: a local broker,"
+        " request topics and an answers topic",
+    )
     return parser.parse_args(argv)
 
 
@@ -120,6 +130,8 @@ def main(argv: list[str]) -> int:
             "demo: the configuration needs sources.coordinator and sources.quota", file=sys.stderr
         )
         return 2
+    if args.transport == "kafka":
+        return _on_kafka(args, settings, plan, client)
     if not args.keep:
         _wipe(options)
     from controlplane.cli.demo_run import DemoRun
@@ -128,10 +140,44 @@ def main(argv: list[str]) -> int:
     return run.execute()
 
 
+def _on_kafka(args: argparse.Namespace, settings: Any, plan: DemoPlan, client: Any) -> int:
+    """Start a local broker and its topics, then run the demo with Kafka sources, the answers
+    topic and a KafkaTransport; the broker stops with the run."""
+    from controlplane.cli.demo_kafka import kafka_settings, start_broker
+    from controlplane.cli.demo_run import DemoRun
+    from controlplane.engine.options import parse_engine_options
+    from controlplane.io.broker import BrokerError
+    from controlplane.jvm import MissingJvm
+
+    try:  # before starting anything: can this engine run on Kafka with an answers topic?
+        parse_engine_options(kafka_settings(settings, "127.0.0.1:9092"), args.config)
+    except ConfigError as error:
+        print(f"demo: this build's engine cannot run the demo on Kafka: {error}", file=sys.stderr)
+        return 2
+    print("demo: starting a local Kafka broker and the demo's topics", flush=True)
+    try:
+        broker = start_broker()
+    except (MissingJvm, BrokerError) as error:
+        print(f"demo: {error}", file=sys.stderr)
+        return 2
+    try:
+        print(f"demo: Kafka {broker.kafka_version} at {broker.bootstrap_servers}", flush=True)
+        settings = kafka_settings(settings, broker.bootstrap_servers)
+        options = parse_engine_options(settings, args.config)
+        if not args.keep:
+            _wipe(options)
+        run = DemoRun(settings, options, plan, client, args.config, broker=broker)
+        return run.execute()
+    finally:
+        broker.stop()
+
+
 def _wipe(options: Any) -> None:
     """Start from nothing: remove the demo's own directories (only relative paths under out/)."""
     paths = [options.tables_root, options.checkpoint_root]
     for source in (options.coordinator_source, options.quota_source):
+        if source.format == "kafka":  # a topic, on a broker started for this run
+            continue
         paths += [source.path, source.archive_dir or f"{source.path.rstrip('/')}-archive"]
     for text in paths:
         path = Path(text)
