@@ -20,6 +20,7 @@ broker, Kafka sources and an answers topic for the engine, a KafkaTransport for 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -92,6 +93,12 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep earlier output (no wipe)")
     parser.add_argument("--verbose", action="store_true", help="log every micro-batch")
     parser.add_argument(
+        "--latency-report",
+        metavar="FILE",
+        help="write the clients' round trips (ms) and the tables' location to FILE as JSON"
+        " (bench/client_latency_bench.py)",
+    )
+    parser.add_argument(
         "--transport",
         choices=("files", "kafka"),
         default="files",
@@ -137,7 +144,7 @@ def main(argv: list[str]) -> int:
     from controlplane.cli.demo_run import DemoRun
 
     run = DemoRun(settings, options, plan, client, args.config)
-    return run.execute()
+    return _finish(run, args)
 
 
 def _on_kafka(args: argparse.Namespace, settings: Any, plan: DemoPlan, client: Any) -> int:
@@ -167,9 +174,17 @@ def _on_kafka(args: argparse.Namespace, settings: Any, plan: DemoPlan, client: A
         if not args.keep:
             _wipe(options)
         run = DemoRun(settings, options, plan, client, args.config, broker=broker)
-        return run.execute()
+        return _finish(run, args)
     finally:
         broker.stop()
+
+
+def _finish(run: Any, args: argparse.Namespace) -> int:
+    code: int = run.execute()
+    if args.latency_report:
+        report = {"transport": args.transport, **run.latency_report()}
+        Path(args.latency_report).write_text(json.dumps(report), encoding="utf-8")
+    return code
 
 
 def _wipe(options: Any) -> None:

@@ -25,12 +25,14 @@ ANSWERS_TOPIC = "controlplane-answers"
 TOPIC_PARTITIONS = {COORDINATOR_TOPIC: 4, QUOTA_TOPIC: 2, ANSWERS_TOPIC: 4}
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 OUT_ROOT = "out/demo-kafka"
+FILES_ONLY = ("max_files_per_trigger", "clean_source", "archive_dir")
 
 
 def kafka_settings(settings: Settings, bootstrap_servers: str) -> Settings:
     """``settings`` with Kafka sources on the demo's topics, the answers topic, and tables and
-    checkpoints of their own. Source settings that apply to Kafka too are kept (e.g.
-    ``max_files_per_trigger``, the per-batch cap); file-only ones are dropped."""
+    checkpoints of their own. The file-only source settings are dropped (``clean_source``,
+    ``archive_dir``, ``max_files_per_trigger``: the Kafka cap is the engine's records per
+    trigger, its default here); the others are kept (``user_header``)."""
     sections: dict[str, Any] = dict(settings.sections)
     engine = dict(sections.get("engine") or {})
     engine.update(
@@ -42,9 +44,7 @@ def kafka_settings(settings: Settings, bootstrap_servers: str) -> Settings:
     topics = {"coordinator": COORDINATOR_TOPIC, "quota": QUOTA_TOPIC}
     for name, raw in dict(sections.get("sources") or {}).items():
         kept = {
-            k: v
-            for k, v in dict(raw or {}).items()
-            if k not in ("format", "path", "clean_source", "archive_dir")
+            k: v for k, v in dict(raw or {}).items() if k not in ("format", "path", *FILES_ONLY)
         }
         sources[name] = {
             **kept,

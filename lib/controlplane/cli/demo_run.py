@@ -150,6 +150,7 @@ class DemoRun:
         admin.stop(30_000)
         self._close_members()
         self.admin_totals = admin.totals
+        self.admin_round_trips_ms = admin.admin.round_trips_ms()
         self.fleet_apps = list(self.apps.values()) + self.retired
 
     def _close_members(self, progress_every_ms: int = 5_000) -> None:
@@ -297,6 +298,16 @@ class DemoRun:
         errors = [f"{a.name}: {a.error}" for a in apps if a.error]
         if errors:
             print("- client errors: " + "; ".join(errors))
+
+    def latency_report(self) -> dict[str, Any]:
+        """The clients' round trips (send to answer received, ms) and where the tables are."""
+        apps = getattr(self, "fleet_apps", [])
+        return {
+            "trigger_interval_ms": self.options.trigger_interval_ms,
+            "tables_root": str(self.options.tables_root),
+            "member_round_trips_ms": [t for a in apps for t in a.member.round_trips_ms()],
+            "admin_round_trips_ms": list(getattr(self, "admin_round_trips_ms", [])),
+        }
 
     def _story_crash(self) -> None:
         crashed = self.restart.get("crashed_id")
