@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
@@ -42,9 +44,12 @@ def percentile(values: list[int], q: float) -> int:
 def batch_times(tables_root: str) -> dict[str, list[int]]:
     from controlplane.cli.demo_summary import run_sql
 
-    rows = run_sql(
-        tables_root, "SELECT query, duration_ms FROM query_progress WHERE batch_id > 0"
-    )  # the first batch (Spark's start) is not a steady-state batch
+    sql = "SELECT query, duration_ms FROM query_progress WHERE batch_id > 0"  # not the first
+    try:
+        rows = run_sql(tables_root, sql)
+    except Exception as error:  # no batch recorded: the run failed early
+        print(f"(no batch times: {error})")
+        return {}
     out: dict[str, list[int]] = {}
     for row in rows:
         out.setdefault(str(row["query"]), []).append(int(row["duration_ms"]))
@@ -87,14 +92,24 @@ def main() -> int:
     parser.add_argument("--config", default="conf/demo.yaml")
     parser.add_argument("--duration-s", type=int, default=120)
     parser.add_argument("--transports", default="files,kafka")
+    parser.add_argument(
+        "--engine-start-timeout-s",
+        type=int,
+        default=900,
+        help="demo.engine_start_timeout_s for these runs (a loaded machine starts Spark slowly)",
+    )
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), str(ROOT / "tests")])}
     for transport in args.transports.split(","):
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "report.json"
+            config = Path(scratch) / "config.yaml"
+            raw = yaml.safe_load((ROOT / args.config).read_text(encoding="utf-8"))
+            raw.setdefault("demo", {})["engine_start_timeout_s"] = args.engine_start_timeout_s
+            config.write_text(yaml.safe_dump(raw), encoding="utf-8")
             print(f"\n=== the demo fleet over {transport} ({args.duration_s} s)", flush=True)
-            command = [sys.executable, "-m", "controlplane", "demo", "--config", args.config]
+            command = [sys.executable, "-m", "controlplane", "demo", "--config", str(config)]
             command += ["--duration-s", str(args.duration_s), "--transport", transport]
             command += ["--latency-report", str(out)]
             code = subprocess.call(command, cwd=ROOT, env=env)

@@ -117,6 +117,10 @@ def main(argv: list[str]) -> int:
     noisy_loggers = ("controlplane.engine", "controlplane.io", "controlplane.progress", "py4j")
     for noisy in (*noisy_loggers, "controlplane.client"):
         logging.getLogger(noisy).setLevel(logging.INFO if args.verbose else logging.WARNING)
+    # kafka-python logs every connection at INFO, a slow event-loop task (a loaded machine) as a
+    # WARNING and a broker going away (the broker stops after the run) as an ERROR; the demo
+    # reports what matters to it (answers that do not come) itself.
+    logging.getLogger("kafka").setLevel(logging.INFO if args.verbose else logging.CRITICAL)
     from controlplane.client.config import ClientConfigError, consumer_config
     from controlplane.engine.options import parse_engine_options
     from controlplane.settings import load_settings
