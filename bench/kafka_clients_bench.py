@@ -52,8 +52,9 @@ class Responder:
         self._consumer = KafkaConsumer(
             bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100
         )
-        self._consumer.assign([TopicPartition(requests, 0)])
-        self._consumer.seek_to_end()
+        tp = TopicPartition(requests, 0)
+        self._consumer.assign([tp])
+        self._consumer.seek(tp, 0)  # a fresh topic; seek_to_end() would resolve lazily, late
         self._answers = answers
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -122,7 +123,11 @@ def confluent_client(bootstrap: str, requests: str, answers: str) -> tuple[Send,
         producer.poll(0)
 
     def receive() -> list[bytes]:
-        return [m.value() for m in consumer.consume(num_messages=100, timeout=0.1) if not m.error()]
+        first = consumer.poll(0.1)  # returns with the first message (consume() waits it out)
+        if first is None:
+            return []
+        rest = consumer.consume(num_messages=100, timeout=0)
+        return [m.value() for m in [first, *rest] if not m.error()]
 
     def close() -> None:
         consumer.close()
