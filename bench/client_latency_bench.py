@@ -98,6 +98,12 @@ def main() -> int:
         default=900,
         help="demo.engine_start_timeout_s for these runs (a loaded machine starts Spark slowly)",
     )
+    parser.add_argument(
+        "--writer",
+        default="delta-rs",
+        help="engine.writer for both runs (default delta-rs: no JVM Delta writes competing with"
+        " the queries for the two cores)",
+    )
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), str(ROOT / "tests")])}
@@ -107,6 +113,7 @@ def main() -> int:
             config = Path(scratch) / "config.yaml"
             raw = yaml.safe_load((ROOT / args.config).read_text(encoding="utf-8"))
             raw.setdefault("demo", {})["engine_start_timeout_s"] = args.engine_start_timeout_s
+            raw.setdefault("engine", {})["writer"] = args.writer
             config.write_text(yaml.safe_dump(raw), encoding="utf-8")
             print(f"\n=== the demo fleet over {transport} ({args.duration_s} s)", flush=True)
             command = [sys.executable, "-m", "controlplane", "demo", "--config", str(config)]
