@@ -13,7 +13,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PYTHONPATH := $(abspath lib):$(abspath tests)
 
-.PHONY: wheel-check help setup demo kafka test test-fast test-spark test-kafka lint bench replay-sample clean
+.PHONY: wheel-check help setup demo demo-kafka kafka test test-fast test-spark test-kafka lint bench replay-sample clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -39,6 +39,9 @@ setup: $(STAMP) $(JARSTAMP) ## create .venv, install the pinned Python packages 
 
 demo: $(STAMP) $(JARSTAMP) ## set up, then run the main job on the embedded local default
 	$(BIN)/python -m controlplane demo --config conf/demo.yaml
+
+demo-kafka: $(STAMP) $(JARSTAMP) ## the same demo over Kafka: a local broker, request and answers topics
+	$(BIN)/python -m controlplane demo --config conf/demo.yaml --transport kafka
 
 kafka: $(STAMP) $(JARSTAMP) ## run a local Kafka broker for the jobs (Ctrl-C stops it; options: KAFKA_ARGS="--topic NAME:3")
 	$(BIN)/python -m controlplane kafka-broker $(KAFKA_ARGS)

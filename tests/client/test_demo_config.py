@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,38 @@ def test_summary_table_formatting() -> None:
     assert "1,234" in text
     assert "-" in text.splitlines()[-1]
     assert format_rows([]) == "  (no rows)"
+
+
+def test_the_kafka_demo_runs_the_same_configuration_on_kafka_sources_and_an_answers_topic() -> None:
+    from controlplane.cli.demo_kafka import (
+        ANSWERS_TOPIC,
+        COORDINATOR_TOPIC,
+        QUOTA_TOPIC,
+        kafka_settings,
+    )
+    from controlplane.engine.options import parse_engine_options
+
+    settings = load_settings(ROOT / "conf" / "demo.yaml")
+    on_kafka = kafka_settings(settings, "127.0.0.1:1234")
+    engine = on_kafka.sections["engine"]
+    assert engine["answers_topic"] == ANSWERS_TOPIC
+    assert engine["trigger_interval_ms"] == settings.sections["engine"]["trigger_interval_ms"]
+    for name, topic in (("coordinator", COORDINATOR_TOPIC), ("quota", QUOTA_TOPIC)):
+        source = on_kafka.sections["sources"][name]
+        assert source["format"] == "kafka"
+        assert source["path"] == topic
+        assert source["kafka_bootstrap_servers"] == "127.0.0.1:1234"
+        assert not {"archive_dir", "clean_source", "max_files_per_trigger"} & set(source)
+    assert settings.sections["sources"]["coordinator"]["format"] == "jsonl"  # not changed
+    for section in ("client", "demo"):
+        assert on_kafka.sections.get(section) == settings.sections.get(section)
+    assert on_kafka.quota == settings.quota
+    assert on_kafka.coordinator == settings.coordinator
+    # the sources it writes are engine sources (answers_topic is the engine side's key)
+    engine_only = {k: v for k, v in engine.items() if k != "answers_topic"}
+    options = parse_engine_options(
+        replace(on_kafka, sections={**on_kafka.sections, "engine": engine_only})
+    )
+    assert options.coordinator_source is not None
+    assert options.coordinator_source.format == "kafka"
+    assert options.tables_root != parse_engine_options(settings).tables_root

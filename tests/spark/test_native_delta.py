@@ -19,6 +19,7 @@ from controlplane.io.sinks import (
     NativeDeltaWriter,
     UnportableTable,
     choose_writer,
+    local_absolute,
     table_properties,
 )
 
@@ -85,6 +86,22 @@ def test_appends_are_written_once_per_app_id_and_batch(spark: Any, tmp_path: Pat
     ]
     assert not writer.write("decisions", [], 2)
     assert rs_rows(tmp_path / "decisions")[0]["offsets"][0]["offset"] == 5
+
+
+def test_a_relative_tables_root_is_a_directory_under_the_working_directory(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """conf/demo.yaml's out/demo/tables: Delta's builder took the relative location for a
+    table name and refused it."""
+    monkeypatch.chdir(tmp_path)
+    writer = NativeDeltaWriter(spark, "out/demo/tables", "app")
+    assert writer.write("decisions", [decision("a", 0)], 0)
+    assert [r["event_id"] for r in rs_rows(tmp_path / "out/demo/tables/decisions")] == ["a"]
+    assert (
+        local_absolute("abfss://c@a.dfs.core.windows.net/t") == "abfss://c@a.dfs.core.windows.net/t"
+    )
+    assert local_absolute("dbfs:/Volumes/x") == "dbfs:/Volumes/x"
+    assert local_absolute("/abs/t") == "/abs/t"
 
 
 def test_the_groups_merge_inserts_updates_deletes_and_skips_a_replayed_batch(

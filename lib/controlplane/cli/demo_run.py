@@ -16,7 +16,7 @@ from controlplane.client.assignors import TopicPartition
 from controlplane.client.clock import RealClock
 from controlplane.client.config import AdminConfig, consumer_config
 from controlplane.client.records import InMemoryLog
-from controlplane.client.transport import Requester, Stream
+from controlplane.client.transport import Requester, Stream, Transport
 from controlplane.client.transport_files import FileTransport
 from controlplane.core.config import Settings
 
@@ -29,8 +29,11 @@ class DemoRun:
         plan: DemoPlan,
         client: dict[str, Any],
         config_path: str,
+        *,
+        broker: Any = None,
     ) -> None:
         self.settings = settings
+        self.broker = broker  # a LocalBroker: the run is on Kafka
         self.options = options
         self.plan = plan
         self.client = client
@@ -43,7 +46,7 @@ class DemoRun:
         self.restart: dict[str, Any] = {}
         self.queries: list[Any] = []
         self.spark: Any = None
-        self.transport: FileTransport | None = None
+        self.transport: Transport | None = None
         self.started = time.monotonic()
         self.fleet_started: float | None = None
         self._events: list[tuple[int, Callable[[], None]]] = []
@@ -83,12 +86,20 @@ class DemoRun:
             )
             self.queries.append(writer.start())
 
-    def _transport(self) -> FileTransport:
-        landing = {
+    def _transport(self) -> Transport:
+        where = {
             Stream.GROUP: self.options.coordinator_source.path,
             Stream.QUOTA: self.options.quota_source.path,
         }
-        return FileTransport(self.clock, landing, self.options.tables_root)
+        if self.broker is None:
+            return FileTransport(self.clock, where, self.options.tables_root)
+        from controlplane.client.transport_kafka import KafkaTransport
+
+        answers_topic = str(self.settings.sections["engine"]["answers_topic"])
+        self._say(f"clients: requests to {', '.join(where.values())}, answers from {answers_topic}")
+        return KafkaTransport(
+            self.clock, self.broker.bootstrap_servers, where, answers_topic, client_id="demo"
+        )
 
     def _await_engine(self) -> bool:
         """Send a describe and wait for its answer: the first micro-batch is the slowest."""
@@ -139,6 +150,7 @@ class DemoRun:
         admin.stop(30_000)
         self._close_members()
         self.admin_totals = admin.totals
+        self.admin_round_trips_ms = admin.admin.round_trips_ms()
         self.fleet_apps = list(self.apps.values()) + self.retired
 
     def _close_members(self, progress_every_ms: int = 5_000) -> None:
@@ -277,14 +289,25 @@ class DemoRun:
             def pct(q: float) -> int:
                 return trips[min(len(trips) - 1, int(q * len(trips)))]
 
+            read = "the answers topic" if self.broker is not None else "Delta"
             print(
-                f"- request round trips (send -> answer read from Delta), {len(trips)} answers: "
+                f"- request round trips (send -> answer read from {read}), {len(trips)} answers: "
                 f"p50 {pct(0.5):,} ms, p90 {pct(0.9):,} ms, p99 {pct(0.99):,} ms, "
                 f"max {trips[-1]:,} ms"
             )
         errors = [f"{a.name}: {a.error}" for a in apps if a.error]
         if errors:
             print("- client errors: " + "; ".join(errors))
+
+    def latency_report(self) -> dict[str, Any]:
+        """The clients' round trips (send to answer received, ms) and where the tables are."""
+        apps = getattr(self, "fleet_apps", [])
+        return {
+            "trigger_interval_ms": self.options.trigger_interval_ms,
+            "tables_root": str(self.options.tables_root),
+            "member_round_trips_ms": [t for a in apps for t in a.member.round_trips_ms()],
+            "admin_round_trips_ms": list(getattr(self, "admin_round_trips_ms", [])),
+        }
 
     def _story_crash(self) -> None:
         crashed = self.restart.get("crashed_id")

@@ -19,6 +19,8 @@ wins the race. ``choose_writer`` picks one and logs the choice.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -234,6 +236,16 @@ class DeltaRsWriter:
         )
 
 
+def local_absolute(root: str) -> str:
+    """A relative local path made absolute against the working directory; a URI (``abfss://``,
+    ``dbfs:/``, ``file:``) or an absolute path as given. Delta's table builder takes a relative
+    ``location`` for a table name and refuses it (``out/demo/tables/decisions`` "is not a valid
+    name for tables/schemas")."""
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", root) or os.path.isabs(root):
+        return root
+    return os.path.abspath(root)
+
+
 class NativeDeltaWriter:
     """``format("delta")`` with txnAppId/txnVersion; the ``groups`` MERGE with the session's txn
     confs. The writer has a session of its own (``newSession``: same SparkContext, its own SQL
@@ -243,7 +255,7 @@ class NativeDeltaWriter:
 
     def __init__(self, spark: Any, tables_root: str, app_id: str) -> None:
         self.spark = spark.newSession()
-        self.root = str(tables_root).rstrip("/")
+        self.root = local_absolute(str(tables_root)).rstrip("/")
         self.app_id = app_id
         self._created: set[str] = set()
 
