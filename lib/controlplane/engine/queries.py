@@ -155,9 +155,9 @@ def _with_time(frame: Any, options: EngineOptions) -> Any:
     # or rejected_events, in the batch that reads it, like every other bad line.
     stamp = F.col("event_time_ms")
     usable = stamp.between(F.lit(0), F.lit(MAX_TIMESTAMP_MS))
-    timed = frame.withColumn(
-        "event_ts", F.when(usable, F.timestamp_millis(stamp))
-    ).withWatermark("event_ts", f"{options.watermark_delay_ms} milliseconds")
+    timed = frame.withColumn("event_ts", F.when(usable, F.timestamp_millis(stamp))).withWatermark(
+        "event_ts", f"{options.watermark_delay_ms} milliseconds"
+    )
     watermark = timed.schema["event_ts"].metadata  # {"spark.watermarkDelayMs": delay}
     guard = F.lit(None).cast("timestamp").alias(LATE_GUARD, metadata=watermark)
     return timed.select(*(c for c in timed.columns if c != "event_ts"), guard)
