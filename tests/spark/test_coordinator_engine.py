@@ -153,12 +153,12 @@ ODD_TIMES = ([1], "abc", "123", 1.5, 10**20, -(10**20), True)
 def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_not_fail(
     spark: Any, tmp_path: Path
 ) -> None:
-    """Three batches (one file each). Spark drops late rows against the watermark of the
-    batch before the previous one, so the third is the first that can lose any: it holds a
+    """Three batches (one file each). Spark judges lateness against the watermark of the
+    batch before the previous one, so the third is the first that could lose a row: it holds a
     line that is not JSON, an event with no event time, events at the end of the long range (a
     heartbeat, and a join whose timer would fall past it), and one really late event. The bad
     lines reach rejected_events or get their INVALID_REQUEST row, the odd times are answered
-    without failing the query, and only the late event is dropped, counted."""
+    without failing the query, and the late event is answered too: Spark drops nothing."""
     options = event_time_options(tmp_path, Keying.SHARD)
     options = dataclasses.replace(
         options,
@@ -217,8 +217,9 @@ def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_no
     assert "event_time_ms" in decisions["no-time"]["error_message"]
     assert decisions["far-hb"]["error"] == "UNKNOWN_MEMBER_ID"
     assert decisions["far-hb"]["decided_at_ms"] == end
-    assert "late" not in decisions
-    assert dropped == 1
+    assert decisions["late"]["error"] == "UNKNOWN_MEMBER_ID"  # answered at the key's clock
+    assert decisions["late"]["decided_at_ms"] == 5  # a new group's clock is its event's time
+    assert dropped == 0
     for i in range(len(ODD_TIMES)):
         odd = decisions[f"odd-{i}"]
         assert odd["error"] == "INVALID_REQUEST"
@@ -228,3 +229,70 @@ def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_no
     assert rejected == ["this is not json", third[-1]]
     groups = {row["group_id"]: row for row in read_table(tables / "groups")}
     assert groups["g3"]["group_state"] == "PreparingRebalance"
+
+
+def test_event_time_lines_at_or_before_the_watermark_are_answered_as_in_the_replay(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark's stateful operator drops a row whose event time is at or before the watermark
+    (``<=``): an event_time_ms of 0 in the first batch (whose watermark is 0), or an event
+    exactly at the watermark the first batch's events set, arriving two batches later. Such a
+    line used to leave no row at all while the replay answers it. Every line now reaches the
+    core: the engine answers each as the replay does, and Spark drops nothing."""
+    options = event_time_options(tmp_path, Keying.SHARD)
+    options = dataclasses.replace(
+        options,
+        coordinator_source=dataclasses.replace(options.coordinator_source, max_files_per_trigger=1),
+    )
+    delay = options.watermark_delay_ms
+    t = 1_000_000
+
+    def join(event_id: str, time_ms: int, group: str) -> dict[str, Any]:
+        return {
+            "event_id": event_id,
+            "event_time_ms": time_ms,
+            "type": "join",
+            "group_id": group,
+            "member_id": "",
+            "request_version": 4,  # asks for a member id first: one decision, no group yet
+            "session_timeout_ms": 10_000,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": ""}],
+        }
+
+    files = [
+        [join("at-zero", 0, "g0"), join("first", t, "g1")],  # batch 0: watermark 0
+        [join("second", t, "g1")],  # batch 1: watermark t - delay
+        [join("at-watermark", t - delay, "g2")],  # batch 2: late if <= t - delay
+    ]
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    everything = tmp_path / "all.jsonl"
+    for index, lines in enumerate(files):
+        path = landing / f"events-{index}.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        os.utime(path, (1_700_000_000 + index * 100, 1_700_000_000 + index * 100))
+        with everything.open("a") as out:
+            out.write(path.read_text())
+    expected = replay(everything, tmp_path / "replay")
+    progress = run_to_end(
+        build_coordinator_query(spark, parse_settings({}), options=options, available_now=True)
+    )
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [2, 1, 1]
+    watermarks = [p["eventTime"].get("watermark") for p in progress]
+    assert watermarks[:3] == [
+        "1970-01-01T00:00:00.000Z",
+        "1970-01-01T00:15:40.000Z",  # t - delay: the third file's event sits exactly on it
+        "1970-01-01T00:15:40.000Z",
+    ]
+    dropped = [int(op["numRowsDroppedByWatermark"]) for p in progress for op in p["stateOperators"]]
+    assert sum(dropped) == 0
+    decisions = read_table(Path(options.tables_root) / "decisions")
+    assert sorted(row["event_id"] for row in decisions) == [
+        "at-watermark",
+        "at-zero",
+        "first",
+        "second",
+    ]
+    assert_same_rows(spark, canonical(decisions), canonical(expected["decisions"]))
+    assert not read_table(Path(options.tables_root) / "rejected_events")

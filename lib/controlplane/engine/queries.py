@@ -140,22 +140,37 @@ def _event_time_column() -> Any:
     return F.from_json("raw", "event_time_ms BIGINT", options).getField("event_time_ms")
 
 
+LATE_GUARD: Final = "late_guard"
+
+
 def _with_time(frame: Any, options: EngineOptions) -> Any:
-    """Event-time mode: a watermark on the event time."""
+    """Event-time mode: a watermark on the event time, and no row ever dropped as late.
+
+    The watermark is Spark's maximum ``event_ts`` minus the delay, as usual. But the stateful
+    operator drops, before the function sees them, the rows whose watermark column is at or
+    before the watermark (``event_ts <= watermark``: an ``event_time_ms`` of 0 in batch 0,
+    whose watermark is 0, or an event exactly at a later watermark), and such a line would
+    leave no row at all. So the operator's input carries the watermark's metadata on another
+    column, ``late_guard``, which is null in every row: a null is never late. ``event_ts``
+    still moves the watermark (its ``withWatermark`` node stays in the plan), every line
+    reaches the function, and the core answers a late event at its key's clock, which never
+    goes back (docs/engine.md, "Event-time mode")."""
     if options.mode is not TimeMode.EVENT_TIME:
         return frame
     from pyspark.sql import functions as F
 
     # A line without a usable event_time_ms (none, not a long, not JSON, or outside Spark's
     # timestamp range, where timestamp_millis would overflow and fail the query) gets a null
-    # event_ts: Spark neither drops it as late (its lateness test is null) nor lets it move the
-    # watermark (the maximum ignores it), so it reaches the core, or rejected_events, in the
-    # batch that reads it, like every other bad line (docs/engine.md, "Event-time mode").
+    # event_ts: it does not move the watermark (the maximum ignores it), and reaches the core,
+    # or rejected_events, in the batch that reads it, like every other bad line.
     stamp = F.col("event_time_ms")
     usable = stamp.between(F.lit(0), F.lit(MAX_TIMESTAMP_MS))
-    return frame.withColumn("event_ts", F.when(usable, F.timestamp_millis(stamp))).withWatermark(
+    timed = frame.withColumn("event_ts", F.when(usable, F.timestamp_millis(stamp))).withWatermark(
         "event_ts", f"{options.watermark_delay_ms} milliseconds"
     )
+    watermark = timed.schema["event_ts"].metadata  # {"spark.watermarkDelayMs": delay}
+    guard = F.lit(None).cast("timestamp").alias(LATE_GUARD, metadata=watermark)
+    return timed.select(*(c for c in timed.columns if c != "event_ts"), guard)
 
 
 def _stateful(frame: Any, function: StateFunction, options: EngineOptions) -> Any:
