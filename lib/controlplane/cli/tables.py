@@ -10,7 +10,6 @@ that does not parse).
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import sys
 from dataclasses import dataclass
@@ -184,9 +183,13 @@ def spark_sql(spark: Any, sql: str, tables: Tables, names: list[str]) -> Any:
 
     # Spark logs the errors we report in one line: its JVM logs, and PySpark's loggers that
     # print an exception's query context when the exception is turned into text.
+    from pyspark.logger import PySparkLogger
+
     spark.sparkContext.setLogLevel("FATAL")
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-        logging.getLogger(name).disabled = True
+        # PySpark's own logger class: a plain Logger under that name would refuse PySpark's
+        # keyword arguments when an exception is turned into text.
+        PySparkLogger.getLogger(name).disabled = True
     try:
         return spark.sql(sql).toArrow()
     except ParseException as error:
