@@ -42,17 +42,18 @@ def percentile(values: list[int], q: float) -> int:
 
 
 def batch_times(tables_root: str) -> dict[str, list[int]]:
-    from controlplane.cli.demo_summary import run_sql
+    """``duration_ms`` per query from ``query_progress``, without the first batch (Spark's
+    start, not a steady-state batch)."""
+    from deltalake import DeltaTable
 
-    sql = "SELECT query, duration_ms FROM query_progress WHERE batch_id > 0"  # not the first
-    try:
-        rows = run_sql(tables_root, sql)
-    except Exception as error:  # no batch recorded: the run failed early
-        print(f"(no batch times: {error})")
+    path = str(Path(tables_root) / "query_progress")
+    if not DeltaTable.is_deltatable(path):
+        print(f"(no batch times: no table {path})")
         return {}
     out: dict[str, list[int]] = {}
-    for row in rows:
-        out.setdefault(str(row["query"]), []).append(int(row["duration_ms"]))
+    for row in DeltaTable(path).to_pyarrow_table().to_pylist():
+        if int(row["batch_id"]) > 0:
+            out.setdefault(str(row["query"]), []).append(int(row["duration_ms"]))
     return out
 
 
