@@ -22,38 +22,9 @@ from controlplane.io.sinks import (
     local_absolute,
     table_properties,
 )
+from engine.test_sinks import decision, group
 
 pytestmark = pytest.mark.spark
-
-
-def decision(event_id: str, batch_id: int) -> dict[str, Any]:
-    return {
-        "event_id": event_id,
-        "group_id": "g",
-        "type": "heartbeat",
-        "member_id": "m",
-        "error_code": 0,
-        "error": "NONE",
-        "offsets": [{"topic": "t", "partition": 0, "offset": 5, "metadata": None, "error_code": 0}],
-        "decided_at_ms": 10,
-        "batch_id": batch_id,
-        "processed_at_ms": 99,
-    }
-
-
-def group(
-    group_id: str, state: str, *, deleted: bool = False, generation: int = 1
-) -> dict[str, Any]:
-    return {
-        "group_id": group_id,
-        "group_state": state,
-        "generation_id": generation,
-        "members": [{"member_id": "m", "client_id": "c", "client_host": "h", "offline": False}],
-        "updated_at_ms": 5,
-        "deleted": deleted,
-        "batch_id": 0,
-        "processed_at_ms": 0,
-    }
 
 
 def spark_rows(spark: Any, path: Path) -> list[dict[str, Any]]:
