@@ -311,15 +311,17 @@ def _run_queries(
     quiet_jvm_loggers(spark)
     if spark_submit:
         stop.forward_jvm_signals(spark)
-    # Spark turns adaptive execution off in streaming queries anyway, warning twice per query.
+    # Spark turns adaptive execution off in streaming queries anyway, and said so in a warning
+    # per query (ResolveWriteToStream; MicroBatchExecution still says it for stateful ones).
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     listener = register_progress_listener(spark, options)
+    interval_s = options.progress_log_interval_ms / 1000
     log.info(
-        "tables in %s, checkpoints in %s; a progress line per query every %d s; "
+        "tables in %s, checkpoints in %s; a progress line per query %s; "
         "SIGTERM or Ctrl-C stops the job",
         options.tables_root,
         options.checkpoint_root,
-        options.progress_log_interval_ms // 1000,
+        f"every {interval_s:g} s" if interval_s else "per batch",
     )
     builders = {"coordinator": build_coordinator_query, "quota": build_quota_query}
     started = []
