@@ -20,6 +20,7 @@ from controlplane.engine.adapter import StateFunction
 from controlplane.engine.batch import BatchSink
 from controlplane.engine.keying import spark_key_column, spark_key_of
 from controlplane.engine.options import (
+    CleanSource,
     EngineOptions,
     Keying,
     SourceOptions,
@@ -251,11 +252,12 @@ def build_query(
 
 
 def _cleaning(source: SourceOptions, archiver: Any) -> str:
-    if source.format != "jsonl" or source.clean_source.value == "off":
+    clean = CleanSource(source.clean_source)
+    if source.format != "jsonl" or clean is CleanSource.OFF:
         return ""
     if archiver is None:  # a checkpoint that is not a local path: Spark's cleanSource
-        return f" ({source.clean_source.value} by Spark's cleanSource)"
-    if source.clean_source.value == "delete":
+        return f" ({clean.value} by Spark's cleanSource)"
+    if clean is CleanSource.DELETE:
         return " (files deleted once committed)"
     return f" (files archived to {archiver.archive_dir} once committed)"
 

@@ -105,7 +105,7 @@ class LandingArchiver:
     def for_source(cls, source: SourceOptions, checkpoint: str) -> LandingArchiver | None:
         """The archiver of a landing directory with ``clean_source`` archive or delete, when the
         checkpoint is a local path; else None (Spark's cleanSource then, see sources.py)."""
-        if source.format != "jsonl" or source.clean_source is CleanSource.OFF:
+        if source.format != "jsonl" or CleanSource(source.clean_source) is CleanSource.OFF:
             return None
         local = local_path(checkpoint)
         return None if local is None else cls(source, local)
@@ -134,7 +134,7 @@ class LandingArchiver:
         if path is None or not path.exists():
             return False  # handled before (a restart goes through the whole log) or removed
         try:
-            if self.source.clean_source is CleanSource.DELETE:
+            if CleanSource(self.source.clean_source) is CleanSource.DELETE:
                 path.unlink()
                 return True
             self.archive_dir.mkdir(parents=True, exist_ok=True)
@@ -146,7 +146,7 @@ class LandingArchiver:
         except FileNotFoundError:
             return False
         except OSError as exc:
-            log.warning("could not %s %s: %s", self.source.clean_source.value, path, exc)
+            log.warning("could not %s %s: %s", CleanSource(self.source.clean_source), path, exc)
             return False
 
 
