@@ -140,3 +140,26 @@ class FakeGroupState:
             watermark_ms=watermark_ms,
             value=self.value,
         )
+
+
+class FakeConf:
+    def set(self, key: str, value: str) -> None:
+        pass
+
+
+class FakeStreams:
+    def removeListener(self, listener: Any) -> None:
+        pass
+
+
+class FakeSpark:
+    """No JVM: the job's JVM log levels and its graceful stop fall back (the query's own
+    ``stop()``)."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.streams = FakeStreams()
+        self.conf = FakeConf()
+
+    def stop(self) -> None:
+        self.log.append("session stopped")

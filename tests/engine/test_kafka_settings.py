@@ -33,7 +33,7 @@ from controlplane.io.kafka_clients import (
     KafkaSetupError,
     python_client_config,
 )
-from engine.fakes import CountingRunner, FakeGroupState
+from engine.fakes import CountingRunner, FakeGroupState, FakeSpark
 
 JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required"
 
@@ -443,14 +443,13 @@ def test_a_kafka_setup_error_ends_the_job_with_status_2_and_one_line(
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise KafkaSetupError("Kafka request topic(s) use message.timestamp.type {'t': 'X'}")
 
-    class Spark:
-        streams = None
-
-    monkeypatch.setattr(launch, "session_for", lambda *args: Spark())
+    log: list[str] = []
+    monkeypatch.setattr(launch, "session_for", lambda *args: FakeSpark(log))
     monkeypatch.setattr(queries, "register_progress_listener", lambda *args: None)
     monkeypatch.setattr(queries, "build_coordinator_query", refuse)
     assert launch.run(["--config", str(config)], ["coordinator"], "") == 2
     assert "coordinator: Kafka request topic(s) use message.timestamp.type" in caplog.text
+    assert log == ["session stopped"]
 
 
 def test_source_options_built_in_code_keep_the_defaults() -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controlplane.engine import launch
+from engine.fakes import FakeSpark
 
 
 def no_spark(*args: Any) -> Any:
@@ -34,36 +38,42 @@ def test_a_bad_configuration_file_ends_the_job_with_status_2(
 
 
 class FakeQuery:
-    def __init__(self, log: list[str], name: str) -> None:
-        self.log, self.name = log, name
+    """A started query that ends by itself after ``polls`` looks at ``isActive`` (None:
+    never), and runs ``on_poll`` at each look (e.g. a signal arriving while the job waits)."""
 
-    def awaitTermination(self) -> None:
-        self.log.append(f"{self.name} ended")
+    def __init__(
+        self, log: list[str], name: str, polls: int | None = None, on_poll: Any = None
+    ) -> None:
+        self.log, self.name, self.polls, self.on_poll = log, name, polls, on_poll
+        self.active = True
+        self.status = {"isTriggerActive": False}
+
+    @property
+    def isActive(self) -> bool:
+        if self.on_poll is not None:
+            self.on_poll()
+        if self.active and self.polls is not None:
+            self.polls -= 1
+            if self.polls < 0:
+                self.active = False
+                self.log.append(f"{self.name} ended")
+        return self.active
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        return not self.active
 
     def stop(self) -> None:
+        self.active = False
         self.log.append(f"{self.name} stopped")
 
     def exception(self) -> None:
         return None
 
 
-class FakeStreams:
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def awaitAnyTermination(self) -> None:
-        self.log.append("first ended")
-
-
-class FakeSpark:
-    def __init__(self, log: list[str]) -> None:
-        self.streams = FakeStreams(log)
-
-
-def fake_builder(log: list[str], name: str) -> Any:
+def fake_builder(log: list[str], name: str, **query: Any) -> Any:
     class Writer:
         def start(self) -> FakeQuery:
-            return FakeQuery(log, name)
+            return FakeQuery(log, name, **query)
 
     def build(spark: Any, settings: Any, **kwargs: Any) -> Writer:
         log.append(f"{name} available_now={kwargs['available_now']}")
@@ -72,22 +82,34 @@ def fake_builder(log: list[str], name: str) -> Any:
     return build
 
 
+def fake_job(monkeypatch: pytest.MonkeyPatch, log: list[str], **queries: dict[str, Any]) -> None:
+    from controlplane.engine import queries as engine_queries
+
+    def session_for(*args: Any) -> FakeSpark:
+        def pyspark_handler(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt  # what PySpark's SparkContext installs for SIGINT
+
+        signal.signal(signal.SIGINT, pyspark_handler)
+        return FakeSpark(log)
+
+    monkeypatch.setattr(launch, "session_for", session_for)
+    monkeypatch.setattr(engine_queries, "register_progress_listener", lambda *args: None)
+    for name, query in queries.items():
+        builder = fake_builder(log, name, **query)
+        monkeypatch.setattr(engine_queries, f"build_{name}_query", builder)
+
+
 def test_available_now_replays_wait_for_every_query_to_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docs/engine.md's event-time replays: the jobs could not ask for availableNow, and
     awaitAnyTermination would have stopped the other query when the first one ended."""
-    from controlplane.engine import queries
-
     config = tmp_path / "conf.yaml"
     config.write_text(
         "engine: {mode: event_time}\nsources:\n  coordinator: {path: a}\n  quota: {path: b}\n"
     )
     log: list[str] = []
-    monkeypatch.setattr(launch, "session_for", lambda *args: FakeSpark(log))
-    monkeypatch.setattr(queries, "register_progress_listener", lambda *args: None)
-    monkeypatch.setattr(queries, "build_coordinator_query", fake_builder(log, "coordinator"))
-    monkeypatch.setattr(queries, "build_quota_query", fake_builder(log, "quota"))
+    fake_job(monkeypatch, log, coordinator={"polls": 1}, quota={"polls": 5})
     argv = ["--config", str(config), "--available-now"]
     assert launch.run(argv, ["coordinator", "quota"], "") == 0
     assert log == [
@@ -95,9 +117,72 @@ def test_available_now_replays_wait_for_every_query_to_end(
         "quota available_now=True",
         "coordinator ended",
         "quota ended",
+        "session stopped",
+    ]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_every_query_with_one_line_and_status_0(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    signum: signal.Signals,
+) -> None:
+    """SIGTERM or Ctrl-C while the job waits: the handler only records it; the main thread
+    stops the queries and the session, logs one line and the job ends with status 0. (The
+    default SIGINT handler raised KeyboardInterrupt wherever the main thread was, and PySpark's
+    cancelled every job first: tracebacks, "RuntimeError: reentrant call".)"""
+    config = tmp_path / "conf.yaml"
+    config.write_text("sources:\n  coordinator: {path: a}\n  quota: {path: b}\n")
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    sent: list[int] = []
+
+    def signal_once() -> None:
+        if not sent:
+            sent.append(signum)
+            os.kill(os.getpid(), signum)
+
+    log: list[str] = []
+    fake_job(monkeypatch, log, coordinator={}, quota={"on_poll": signal_once})
+    with caplog.at_level(logging.INFO, logger="controlplane.job"):
+        assert launch.run(["--config", str(config)], ["coordinator", "quota"], "") == 0
+    assert log == [
+        "coordinator available_now=False",
+        "quota available_now=False",
         "coordinator stopped",
         "quota stopped",
+        "session stopped",
     ]
+    name = signal.Signals(signum).name
+    stops = [r.getMessage() for r in caplog.records if "stopped on" in r.getMessage()]
+    assert stops == [f"stopped on {name} (coordinator, quota)"]
+    assert {s: signal.getsignal(s) for s in before} == before  # handlers given back
+
+
+def test_a_second_signal_ends_the_process_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    exits: list[int] = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    stop = launch.StopRequest()
+    stop.handle(signal.SIGINT)
+    assert stop.event.is_set()
+    assert stop.signal_name == "SIGINT"
+    assert exits == []
+    stop.handle(signal.SIGINT)
+    assert exits == [128 + signal.SIGINT]
+
+
+def test_a_signal_forwarded_by_the_jvm_asks_for_the_stop_but_never_forces_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under spark-submit a terminal's Ctrl-C reaches both the JVM (which forwards it) and
+    Python: one Ctrl-C must not count twice and end the process without a stop."""
+    exits: list[int] = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    stop = launch.StopRequest()
+    launch._JvmSignalHandler(stop).handle(type("Sig", (), {"getName": lambda self: "INT"})())
+    stop.handle(signal.SIGINT)
+    assert stop.signal_name == "SIGINT"
+    assert exits == []
 
 
 def test_available_now_is_refused_in_processing_time_mode(

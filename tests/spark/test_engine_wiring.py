@@ -79,7 +79,7 @@ def test_timers_fire_without_input_and_bad_lines_are_rejected(spark: Any, tmp_pa
         assert sum(r["input_rows"] for r in inputs) == 3
         assert sum(r["rejected"] for r in inputs) == 1
         archived = wait_for(lambda: list((tmp_path / "archive").rglob("*.jsonl")), query)
-        assert len(archived) == 1  # cleanSource moved the processed file out of the landing dir
+        assert len(archived) == 1  # the archiver moved the committed file out of the landing dir
         assert not list(landing.glob("*.jsonl"))
         query_id = json.loads((tmp_path / "checkpoints" / "wiring" / "metadata").read_text())["id"]
         app_id = f"controlplane-wiring-{query_id}"  # the checkpoint's own id, read from Spark

@@ -65,6 +65,7 @@ class KafkaEndpoint:
 class EngineOptions:
     mode: TimeMode = TimeMode.PROCESSING_TIME
     trigger_interval_ms: int = 1000
+    progress_log_interval_ms: int = 60_000  # a log line per query per interval (0: per batch)
     watermark_delay_ms: int = 10_000
     keying: Keying = Keying.SHARD
     shards: int = 64
@@ -109,6 +110,7 @@ class EngineOptions:
 
 _ENGINE_INTS = {
     "trigger_interval_ms": 1,
+    "progress_log_interval_ms": 0,
     "watermark_delay_ms": 0,
     "shards": 1,
     "failover_gap_ms": 0,

@@ -21,6 +21,7 @@ from controlplane.engine.adapter import StateFunction
 from controlplane.engine.batch import BatchSink
 from controlplane.engine.keying import spark_key_column, spark_key_of
 from controlplane.engine.options import (
+    CleanSource,
     EngineOptions,
     KafkaEndpoint,
     Keying,
@@ -265,11 +266,17 @@ def build_query(
     when on Databricks)."""
     from pyspark.sql import functions as F
 
+    from controlplane.engine.progress import after_commit
+    from controlplane.io.archive import LandingArchiver
     from controlplane.io.sources import read_events
 
     lookup = secret_lookup if secret_lookup is not None else databricks_lookup()
     source, answers = prepare_kafka(options, source, lookup)
-    raw = read_events(spark, source, require_principal=require_principal)
+    archiver = LandingArchiver.for_source(source, options.checkpoint(name))
+    after_commit(name, None if archiver is None else archiver.after_commit)
+    raw = read_events(
+        spark, source, require_principal=require_principal, spark_cleans=archiver is None
+    )
     if keyer is not None:
         keyed = raw.mapInPandas(keyer, KEYED_INPUT)
     else:
@@ -287,9 +294,28 @@ def build_query(
         )
     state = _stateful(_with_time(keyed, options), StateFunction(runners, options.mode), options)
     log.info(
-        "%s query: %s keying (%d shards), %s", name, options.keying, options.shards, options.mode
+        "%s query: %s source %s%s, %s keying (%d shards), %s, checkpoint %s",
+        name,
+        source.format,
+        source.path,
+        _cleaning(source, archiver),
+        options.keying,
+        options.shards,
+        options.mode,
+        options.checkpoint(name),
     )
     return _writer(state, name, tables, options, trigger_of(options, available_now), answers)
+
+
+def _cleaning(source: SourceOptions, archiver: Any) -> str:
+    clean = CleanSource(source.clean_source)
+    if source.format != "jsonl" or clean is CleanSource.OFF:
+        return ""
+    if archiver is None:  # a checkpoint that is not a local path: Spark's cleanSource
+        return f" ({clean.value} by Spark's cleanSource)"
+    if clean is CleanSource.DELETE:
+        return " (files deleted once committed)"
+    return f" (files archived to {archiver.archive_dir} once committed)"
 
 
 def build_coordinator_query(
@@ -344,8 +370,11 @@ def build_quota_query(
 
 
 def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
-    """Log one line per batch and append it to ``query_progress`` (engine.progress)."""
-    from controlplane.engine.progress import make_listener
+    """Append a ``query_progress`` row per batch, log a line per query per
+    ``engine.progress_log_interval_ms``, and archive the landing files of committed batches
+    (engine.progress, io.archive). Timers firing later than ``engine.failover_gap_ms`` make
+    the line a warning in processing-time mode: the job is falling behind."""
+    from controlplane.engine.progress import ProgressReport, make_listener
     from controlplane.io.sinks import choose_writer
 
     writers: dict[str, Any] = {}
@@ -356,6 +385,12 @@ def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
             writers[query_id] = choose_writer(spark, options.tables_root, app_id, options.writer)
         return writers[query_id]
 
-    listener = make_listener(writer_for)
+    processing_time = options.mode is TimeMode.PROCESSING_TIME
+    report = ProgressReport(
+        options.progress_log_interval_ms,
+        trigger_interval_ms=options.trigger_interval_ms,
+        lateness_warning_ms=options.failover_gap_ms if processing_time else None,
+    )
+    listener = make_listener(writer_for, report)
     spark.streams.addListener(listener)
     return listener

@@ -38,10 +38,51 @@ DELTA_CONF: dict[str, str] = {
 }
 
 
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def started_by_spark_submit() -> bool:
+    """spark-submit started the JVM and then this Python process (PythonRunner): jars named
+    in the builder now reach the executors, not the driver's class path."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _submitted_jvm() -> Any:
+    """The JVM spark-submit started (before any SparkContext)."""
+    from pyspark import SparkContext
+
+    context: Any = SparkContext
+    context._ensure_initialized()  # connects to spark-submit's gateway
+    return context._jvm
+
+
+def _driver_has(class_name: str) -> bool:
+    try:
+        _submitted_jvm().java.lang.Class.forName(class_name)
+    except Exception:
+        return False
+    return True
+
+
 def jar_conf(require: bool) -> dict[str, str]:
     """``spark.jars`` and Delta's extension when the pinned jars are there. ``require`` turns
     their absence into an error (a test or a job that asked for native Delta or Kafka); else
-    the session starts without them and says so once."""
+    the session starts without them and says so once.
+
+    Under spark-submit the driver's JVM already runs: Delta's extension is configured only
+    when its classes are there (``--jars``); a session naming a catalog class the driver
+    cannot load failed to start."""
+    if started_by_spark_submit():
+        if _driver_has(DELTA_EXTENSION):
+            return dict(DELTA_CONF)
+        message = (
+            "spark-submit started the JVM without the pinned jars; pass them with "
+            f"--jars {jars_root() / SPARK_JARS}/*.jar (comma-separated) for native Delta and Kafka"
+        )
+        if require:
+            raise MissingJvm(message)
+        log.info("%s (the delta-rs writer needs neither)", message)
+        return {}
     jars = jar_paths(SPARK_JARS)
     if not jars:
         message = f"no Spark jars in {jars_root() / SPARK_JARS}: run `make setup`"
@@ -74,6 +115,9 @@ def build_local_session(
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+        # From the SparkContext's start: spark-submit's log4j profile logged its start at
+        # INFO (forty lines) before setLogLevel could run.
+        .config("spark.log.level", "WARN")
     )
     for key, value in {**STATE_CONF, **jar_conf(require_jars), **(extra_conf or {})}.items():
         builder = builder.config(key, value)

@@ -19,15 +19,24 @@ from pathlib import Path
 from typing import Any
 
 from controlplane.engine.options import CleanSource, SourceOptions
+from controlplane.io.archive import archive_dir_of
 
 log = logging.getLogger(__name__)
 
 
-def read_events(spark: Any, options: SourceOptions, *, require_principal: bool = False) -> Any:
+def read_events(
+    spark: Any,
+    options: SourceOptions,
+    *,
+    require_principal: bool = False,
+    spark_cleans: bool = True,
+) -> Any:
     """A streaming DataFrame of raw events from the configured source. ``require_principal``:
-    a Kafka record must carry exactly one principal header (the quota's requests)."""
+    a Kafka record must carry exactly one principal header (the quota's requests).
+    ``spark_cleans``: a landing directory's ``clean_source`` is Spark's ``cleanSource``; False
+    when the engine archives the files itself (io/archive.py, the default of the queries)."""
     if options.format == "jsonl":
-        return _landing_directory(spark, options)
+        return _landing_directory(spark, options, spark_cleans)
     if options.format == "kafka":
         return _kafka(spark, options, require_principal)
     if options.format == "delta":
@@ -35,7 +44,7 @@ def read_events(spark: Any, options: SourceOptions, *, require_principal: bool =
     raise ValueError(f"unknown source format {options.format!r}")
 
 
-def _landing_directory(spark: Any, options: SourceOptions) -> Any:
+def _landing_directory(spark: Any, options: SourceOptions, spark_cleans: bool) -> Any:
     """JSON Lines files dropped (atomically: write, then rename) into a directory."""
     from pyspark.sql import functions as F
 
@@ -45,13 +54,13 @@ def _landing_directory(spark: Any, options: SourceOptions) -> Any:
         .option("maxFilesPerTrigger", options.max_files_per_trigger)
         .option("pathGlobFilter", "*.jsonl")
     )
-    if options.clean_source is CleanSource.ARCHIVE:
-        archive = options.archive_dir or f"{options.path.rstrip('/')}-archive"
-        Path(archive).mkdir(parents=True, exist_ok=True)
+    if spark_cleans and options.clean_source is CleanSource.ARCHIVE:
+        archive = archive_dir_of(options)
+        archive.mkdir(parents=True, exist_ok=True)
         reader = reader.option("cleanSource", "archive").option(
-            "sourceArchiveDir", str(Path(archive).resolve())
+            "sourceArchiveDir", str(archive.resolve())
         )
-    elif options.clean_source is CleanSource.DELETE:
+    elif spark_cleans and options.clean_source is CleanSource.DELETE:
         reader = reader.option("cleanSource", "delete")
     frame = reader.load(str(Path(options.path).resolve()))
     located = frame.select(
