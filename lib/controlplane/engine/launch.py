@@ -300,6 +300,7 @@ def _run_queries(
     from controlplane.engine.queries import (
         build_coordinator_query,
         build_quota_query,
+        close_query_resources,
         register_progress_listener,
     )
     from controlplane.io.kafka_clients import KafkaSetupError
@@ -340,11 +341,13 @@ def _run_queries(
         except (ConfigError, KafkaSetupError) as exc:  # secrets, topics: before any start
             log.error("%s: %s", name, exc)
             stop_gracefully(spark, listener, started)
+            close_query_resources()
             return 2
         started.append(writer.start())
     stop.wait(started, every_query=args.available_now)
     failed = [q for q in started if not q.isActive and q.exception() is not None]
     interrupted = stop_gracefully(spark, listener, started)
+    close_query_resources()  # the answers producer: after the last batch that could publish
     if stop.signal_name is not None:
         how = (
             f"; interrupted {', '.join(interrupted)} after {STOP_TIMEOUT_S:.0f} s"
