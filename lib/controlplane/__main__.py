@@ -22,6 +22,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("groups",): ("controlplane.cli.groups", "list or describe groups (kafka-consumer-groups)"),
     ("quotas",): ("controlplane.cli.quotas", "describe a principal's quota (kafka-configs)"),
     ("maintenance",): ("controlplane.cli.maintenance", "compact and vacuum the Delta tables"),
+    ("job",): ("controlplane.cli.job", "run the streaming queries (coordinator, quota or all)"),
     ("demo",): ("controlplane.cli.demo", "the main job: engine + a fleet of real clients, locally"),
     ("kafka-broker",): (
         "controlplane.cli.kafka_broker",

@@ -232,3 +232,93 @@ def test_available_now_is_refused_in_processing_time_mode(
     config.write_text("sources:\n  coordinator: {path: a}\n")
     monkeypatch.setattr(launch, "session_for", no_spark)
     assert launch.run(["--config", str(config), "--available-now"], ["coordinator"], "") == 2
+
+
+def test_the_landing_root_moves_the_landing_directories_of_a_deployment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle gives each deployment (each developer, in dev) its own landing directories:
+    --landing-root ROOT reads ROOT/<query> and archives to ROOT/archive/<query>; a Kafka
+    source is left as it is."""
+    from controlplane.engine import queries as engine_queries
+
+    config = tmp_path / "conf.yaml"
+    config.write_text(
+        "sources:\n"
+        "  coordinator: {path: /Volumes/main/shared/landing/coordinator}\n"
+        "  quota: {format: kafka, path: requests, kafka_bootstrap_servers: 'k:9092'}\n"
+    )
+    seen: dict[str, Any] = {}
+    log: list[str] = []
+    fake_job(monkeypatch, log, coordinator={"polls": 0}, quota={"polls": 0})
+    for name in ("coordinator", "quota"):
+        build = getattr(engine_queries, f"build_{name}_query")
+
+        def capture(spark: Any, settings: Any, _build: Any = build, **kwargs: Any) -> Any:
+            seen["options"] = kwargs["options"]
+            return _build(spark, settings, **kwargs)
+
+        monkeypatch.setattr(engine_queries, f"build_{name}_query", capture)
+    argv = ["--config", str(config), "--landing-root", "/Volumes/main/dev_alice/landing/"]
+    assert launch.run(argv, ["coordinator", "quota"], "") == 0
+    coordinator, quota = seen["options"].coordinator_source, seen["options"].quota_source
+    assert coordinator.path == "/Volumes/main/dev_alice/landing/coordinator"
+    assert coordinator.archive_dir == "/Volumes/main/dev_alice/landing/archive/coordinator"
+    assert (quota.format, quota.path) == ("kafka", "requests")
+
+
+def test_outside_the_main_thread_the_job_runs_without_signal_handlers() -> None:
+    """A runtime may call the entry point from a thread of its own, where Python refuses
+    signal handlers (ValueError): the job must start all the same."""
+    import threading
+
+    outcome: list[object] = []
+
+    def start() -> None:
+        try:
+            restore = launch.StopRequest().install()
+            restore()
+            outcome.append("started")
+        except Exception as exc:
+            outcome.append(exc)
+
+    before = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    assert outcome == ["started"]
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_the_job_command_runs_the_named_queries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m controlplane job QUERY ...`, the Databricks jobs' entry point."""
+    from controlplane.__main__ import main
+    from controlplane.cli import job
+
+    calls: list[tuple[list[str], tuple[str, ...]]] = []
+    monkeypatch.setattr(
+        job, "run", lambda argv, queries, description, prog: calls.append((argv, queries)) or 0
+    )
+    assert main(["job", "all", "--config", "c.yaml"]) == 0
+    assert main(["job", "quota"]) == 0
+    assert calls == [(["--config", "c.yaml"], ("coordinator", "quota")), ([], ("quota",))]
+    assert main(["job", "everything"]) == 2
+
+
+def test_a_stopping_job_commits_the_progress_rows_it_held_before_the_listener_goes() -> None:
+    """query_progress rows are committed a group per interval: what the listener holds when
+    the job stops is committed first, then the listener and the session go."""
+    log: list[str] = []
+
+    class Listener:
+        def flush(self) -> None:
+            log.append("progress committed")
+
+    class Streams:
+        def removeListener(self, listener: Any) -> None:
+            log.append("listener removed")
+
+    spark = FakeSpark(log)
+    spark.streams = Streams()  # type: ignore[assignment]
+    assert launch.stop_gracefully(spark, Listener(), []) == []
+    assert log == ["progress committed", "listener removed", "session stopped"]

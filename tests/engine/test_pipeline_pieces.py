@@ -72,6 +72,7 @@ def test_engine_options_defaults_and_sections() -> None:
     assert options.trigger_interval_ms == 250
     assert options.shards == 64
     assert options.progress_log_interval_ms == 60_000  # a line a minute per query
+    assert options.progress_commit_interval_ms == 0  # locally a query_progress commit a batch
     assert options.config_path == "conf.yaml"
     assert options.coordinator_source is not None
     assert options.coordinator_source.clean_source is CleanSource.DELETE
@@ -88,6 +89,10 @@ def test_engine_options_defaults_and_sections() -> None:
         ({"speed": 1}, "engine: unknown key(s) ['speed']"),
         ({"writer": "spark"}, "engine.writer"),
         ({"progress_log_interval_ms": -1}, "engine.progress_log_interval_ms: expected an integer"),
+        (
+            {"progress_commit_interval_ms": "1m"},
+            "engine.progress_commit_interval_ms: expected an integer",
+        ),
     ],
 )
 def test_bad_engine_settings_are_refused_naming_the_key(

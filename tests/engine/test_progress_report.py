@@ -1,11 +1,14 @@
 """The job's progress log: a line per query per interval (its first batch at once), sums of
-the interval's batches, warnings only when something is wrong. The query_progress table keeps
-a row per batch (test_engine_wiring); these are the lines an operator reads."""
+the interval's batches, warnings only when something is wrong; these are the lines an operator
+reads. The query_progress table keeps a row per batch (test_engine_wiring), committed together,
+a commit per query per interval (below)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+
+import pytest
 
 from controlplane.engine.progress import ProgressReport
 
@@ -102,3 +105,134 @@ def test_interval_zero_logs_every_batch() -> None:
     lines = [report.add(batch("quota", n), now_ms=n) for n in range(3)]
     assert [len(batch_lines) for batch_lines in lines] == [1, 1, 1]
     assert lines[2][0][1].startswith("quota: batch 2: ")
+
+
+# query_progress commits: a row per batch, committed together (engine.progress)
+
+
+class RecordingWriter:
+    """A BatchWriter that records each commit, or fails the next ``failures`` of them."""
+
+    def __init__(self, commits: list[tuple[str, list[int], int]], query_id: str) -> None:
+        self.commits, self.query_id = commits, query_id
+        self.failures = 0
+
+    def write(self, table: str, rows: Any, batch_id: int) -> bool:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("the storage is away")
+        assert table == "query_progress"
+        self.commits.append((self.query_id, [row["batch_id"] for row in rows], batch_id))
+        return True
+
+
+def spark_progress(query_id: str, batch_id: int) -> Any:
+    """What a StreamingQueryProgress shows the listener."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        id=query_id,
+        name=f"name-of-{query_id}",
+        batchId=batch_id,
+        timestamp="2026-11-23T16:15:40.881Z",
+        numInputRows=0,
+        stateOperators=[],
+        durationMs={"triggerExecution": 400},
+    )
+
+
+def recorder(interval_ms: int) -> tuple[Any, list[tuple[str, list[int], int]], dict[str, Any]]:
+    from controlplane.engine.progress import ProgressCommits, ProgressRecorder
+
+    commits: list[tuple[str, list[int], int]] = []
+    writers: dict[str, RecordingWriter] = {}
+    clock = {"now_ms": 0}
+
+    def writer_for(query_id: str) -> RecordingWriter:
+        return writers.setdefault(query_id, RecordingWriter(commits, query_id))
+
+    rec = ProgressRecorder(
+        writer_for, ProgressReport(MINUTE_MS), ProgressCommits(interval_ms), lambda: clock["now_ms"]
+    )
+    return rec, commits, {"clock": clock, "writers": writers}
+
+
+def run_batches(rec: Any, clock: dict[str, int], seconds: range, queries: tuple[str, ...]) -> None:
+    for second in seconds:
+        clock["now_ms"] = second * 1000
+        for query in queries:
+            rec.progress(spark_progress(query, second))
+
+
+def test_a_minute_of_batches_is_one_commit_per_query_with_a_row_per_batch() -> None:
+    """With processing-time timeouts Spark runs a batch every trigger: a commit per batch was
+    86,400 Delta commits a day per query at a 1 s trigger. Each commit is idempotent by the
+    last batch id it holds (the query's app transaction version)."""
+    rec, commits, fakes = recorder(MINUTE_MS)
+    run_batches(rec, fakes["clock"], range(0, 130), ("q1", "q2"))
+    assert commits == [
+        ("q1", [0], 0),  # a query's first row at once: it shows the query records progress
+        ("q2", [0], 0),
+        ("q1", list(range(1, 62)), 61),  # the first held row came at 1 s, this one at 61 s
+        ("q2", list(range(1, 62)), 61),
+        ("q1", list(range(62, 123)), 122),
+        ("q2", list(range(62, 123)), 122),
+    ]
+    rec.flush()  # the job stops: what is held is committed
+    assert commits[6:] == [("q1", list(range(123, 130)), 129), ("q2", list(range(123, 130)), 129)]
+    rec.flush()
+    assert len(commits) == 8  # nothing twice
+
+
+def test_interval_zero_commits_every_batch() -> None:
+    rec, commits, fakes = recorder(0)
+    run_batches(rec, fakes["clock"], range(3), ("q1",))
+    assert commits == [("q1", [0], 0), ("q1", [1], 1), ("q1", [2], 2)]
+
+
+def test_a_query_that_ends_commits_what_it_held() -> None:
+    rec, commits, fakes = recorder(MINUTE_MS)
+    run_batches(rec, fakes["clock"], range(5), ("q1", "q2"))
+    rec.terminated("q1")
+    assert commits[-1] == ("q1", [1, 2, 3, 4], 4)
+    assert [query for query, _, _ in commits] == ["q1", "q2", "q1"]
+
+
+def test_a_failed_commit_keeps_its_rows_for_the_next_one(caplog: pytest.LogCaptureFixture) -> None:
+    from controlplane.engine.progress import ProgressCommits
+
+    rec, commits, fakes = recorder(MINUTE_MS)
+    run_batches(rec, fakes["clock"], range(1), ("q1",))
+    fakes["writers"]["q1"].failures = 1
+    run_batches(rec, fakes["clock"], range(1, 62), ("q1",))  # the 61 s commit fails
+    assert commits == [("q1", [0], 0)]
+    assert "could not record progress of batches 1-61 (kept for the next commit)" in caplog.text
+    run_batches(rec, fakes["clock"], range(62, 122), ("q1",))
+    assert commits[-1] == ("q1", list(range(1, 122)), 121)  # the failed rows, then the new
+    held = ProgressCommits(MINUTE_MS, max_rows=3)
+    assert held.put_back("q", [{"batch_id": n} for n in range(5)], 0) == 2
+    assert [row["batch_id"] for row in held.take("q")] == [2, 3, 4]  # the oldest go first
+
+
+def test_the_listener_commits_through_the_recorder_and_flushes() -> None:
+    """The StreamingQueryListener Spark calls (no JVM needed to build or call it)."""
+    from types import SimpleNamespace
+
+    from controlplane.engine.progress import ProgressCommits, make_listener
+
+    commits: list[tuple[str, list[int], int]] = []
+    listener = make_listener(
+        lambda query_id: RecordingWriter(commits, query_id),
+        ProgressReport(MINUTE_MS),
+        ProgressCommits(MINUTE_MS),
+        lambda: 5_000,
+    )
+    for batch in range(3):
+        listener.onQueryProgress(SimpleNamespace(progress=spark_progress("q1", batch)))
+    assert commits == [("q1", [0], 0)]
+    listener.onQueryTerminated(SimpleNamespace(id="q1", exception=None))
+    assert commits[-1] == ("q1", [1, 2], 2)
+    listener.onQueryProgress(SimpleNamespace(progress=spark_progress("q2", 0)))
+    listener.onQueryProgress(SimpleNamespace(progress=spark_progress("q2", 1)))
+    listener.flush()
+    assert commits[-1] == ("q2", [1], 1)

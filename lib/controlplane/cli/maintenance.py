@@ -2,7 +2,8 @@
 
 Compacts the small files every micro-batch leaves (``OPTIMIZE``) and removes files no longer
 referenced and older than the retention (``VACUUM``), with delta-rs (no JVM, the default) or
-Spark SQL (``--engine spark``, the project's delta-spark jars).
+Spark SQL (``--engine spark``: the project's delta-spark jars locally, the cluster's own Delta
+on Databricks, which has no delta-rs; the bundle's maintenance job runs this).
 
 Retention: 168 hours (7 days) by default, Delta's own default
 (``delta.deletedFileRetentionDuration``). It bounds time travel: a reader or a query restarted
@@ -18,6 +19,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from controlplane.cli.tables import CommandError, add_location_args, locate, no_tables, table_paths
 from controlplane.io.maintenance import maintain_deltars, maintain_spark
@@ -64,11 +66,22 @@ def main(argv: list[str]) -> int:
 def _maintainer(engine: str) -> Callable[..., str]:
     if engine == "delta-rs":
         return maintain_deltars
+    return partial(maintain_spark, spark_session())
+
+
+def spark_session() -> Any:
+    """The cluster's session on Databricks (its Delta, its catalog), else a local one with the
+    project's jars."""
+    from controlplane.engine.launch import on_databricks
+
+    if on_databricks():
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.getOrCreate()
     from controlplane.engine.session import build_local_session
     from controlplane.jvm import MissingJvm
 
     try:
-        spark = build_local_session("controlplane-maintenance", require_jars=True)
+        return build_local_session("controlplane-maintenance", require_jars=True)
     except MissingJvm as error:
         raise CommandError(str(error)) from error
-    return partial(maintain_spark, spark)

@@ -89,14 +89,22 @@ def _configured_root(config: str) -> str:
 
 
 def table_paths(root: Path) -> dict[str, Path]:
-    """Every Delta table directly under ``root``, by name."""
-    from deltalake import DeltaTable
-
+    """Every Delta table directly under ``root``, by name. Read from the directories alone, not
+    with delta-rs: ``maintenance --engine spark`` lists them on a Databricks cluster, which has
+    no delta-rs."""
     if not root.is_dir():
         return {}
-    return {
-        p.name: p for p in sorted(root.iterdir()) if p.is_dir() and DeltaTable.is_deltatable(str(p))
-    }
+    return {p.name: p for p in sorted(root.iterdir()) if is_delta_table(p)}
+
+
+_LOG_ENTRY = re.compile(r"\d{20}\.(json|checkpoint\..+)")
+
+
+def is_delta_table(path: Path) -> bool:
+    """A directory whose ``_delta_log`` holds a commit (``00000000000000000000.json``) or a
+    checkpoint (``...010.checkpoint.parquet``, its parts): a Delta table's log."""
+    log = path / "_delta_log"
+    return log.is_dir() and any(_LOG_ENTRY.fullmatch(entry.name) for entry in log.iterdir())
 
 
 def no_tables(tables: Tables) -> CommandError:

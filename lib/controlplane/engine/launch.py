@@ -12,17 +12,28 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from controlplane.core.config import ConfigError
-from controlplane.engine.options import EngineOptions, TimeMode, parse_engine_options
+from controlplane.engine.options import (
+    EngineOptions,
+    TimeMode,
+    parse_engine_options,
+    with_landing_root,
+)
 from controlplane.settings import load_settings
 
 log = logging.getLogger("controlplane.job")
 
 
-def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
+def parse_args(
+    argv: Sequence[str], description: str, prog: str | None = None
+) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", default="conf/local.yaml", help="YAML settings file")
     parser.add_argument("--tables-root", help="override engine.tables_root (e.g. a Volume path)")
     parser.add_argument("--checkpoint-root", help="override engine.checkpoint_root")
+    parser.add_argument(
+        "--landing-root",
+        help="jsonl sources only: read ROOT/<query>, archive to ROOT/archive/<query>",
+    )
     parser.add_argument(
         "--available-now",
         action="store_true",
@@ -119,7 +130,13 @@ class StopRequest:
         self.event.set()
 
     def install(self) -> Callable[[], None]:
-        """Handle SIGTERM and SIGINT; returns what puts the previous handlers back."""
+        """Handle SIGTERM and SIGINT; returns what puts the previous handlers back. Outside the
+        main thread (a runtime that calls the entry point from a thread of its own) Python
+        refuses handlers: the job then runs without them, and stops when its run is cancelled
+        (its batches are idempotent, docs/engine.md, "Sinks")."""
+        if threading.current_thread() is not threading.main_thread():
+            log.debug("not the main thread: no SIGTERM/SIGINT handlers")
+            return lambda: None
         previous = {signum: signal.signal(signum, self.handle) for signum in STOP_SIGNALS}
 
         def restore() -> None:
@@ -248,6 +265,9 @@ def stop_gracefully(
         interrupted.append(str(query.name))
         query.stop()
     if listener is not None:
+        flush = getattr(listener, "flush", None)
+        if flush is not None:  # the query_progress rows not committed yet
+            flush()
         spark.streams.removeListener(listener)
     spark.stop()
     return interrupted
@@ -260,11 +280,13 @@ def _ended(query: Any, timeout_s: float) -> bool:
         return True
 
 
-def run(argv: Sequence[str], queries: Sequence[str], description: str) -> int:
+def run(
+    argv: Sequence[str], queries: Sequence[str], description: str, prog: str | None = None
+) -> int:
     """Parse, build the session, start the named queries ("coordinator", "quota"), wait until
     they end or SIGTERM/SIGINT asks them to stop (docs/engine.md, "Operations")."""
     configure_logging()
-    args = parse_args(argv, description)
+    args = parse_args(argv, description, prog)
     try:
         settings = load_settings(args.config)
         options = parse_engine_options(settings, args.config)
@@ -282,6 +304,8 @@ def run(argv: Sequence[str], queries: Sequence[str], description: str) -> int:
     from dataclasses import replace
 
     options = replace(options, **{k: v for k, v in overrides.items() if v})
+    if args.landing_root:
+        options = with_landing_root(options, args.landing_root)
     stop = StopRequest()
     restore = stop.install()  # before the JVM starts: a signal while it starts is a request too
     try:

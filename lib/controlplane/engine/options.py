@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -66,6 +66,10 @@ class EngineOptions:
     mode: TimeMode = TimeMode.PROCESSING_TIME
     trigger_interval_ms: int = 1000
     progress_log_interval_ms: int = 60_000  # a log line per query per interval (0: per batch)
+    # query_progress keeps a row per batch; they are committed together, one commit per query
+    # per interval (0: a commit per batch). A Databricks job sets it: a commit per trigger is
+    # ~86,000 Delta commits a day per query.
+    progress_commit_interval_ms: int = 0
     watermark_delay_ms: int = 10_000
     keying: Keying = Keying.SHARD
     shards: int = 64
@@ -111,6 +115,7 @@ class EngineOptions:
 _ENGINE_INTS = {
     "trigger_interval_ms": 1,
     "progress_log_interval_ms": 0,
+    "progress_commit_interval_ms": 0,
     "watermark_delay_ms": 0,
     "shards": 1,
     "failover_gap_ms": 0,
@@ -207,6 +212,24 @@ def _starting_offsets(where: str, raw: object) -> str:
     raise ConfigError(
         f"{where}: expected earliest, latest or per-partition offsets "
         f'({{"topic": {{"0": 42}}}}), got {raw!r}'
+    )
+
+
+def with_landing_root(options: EngineOptions, root: str) -> EngineOptions:
+    """The landing directories of the jsonl sources moved under ``root``: ``<root>/<query>``,
+    archived to ``<root>/archive/<query>`` (a deployment's own directories, e.g. a developer's
+    Volume). Kafka and Delta sources are left as they are."""
+    base = root.rstrip("/")
+
+    def moved(query: str, source: SourceOptions | None) -> SourceOptions | None:
+        if source is None or source.format != "jsonl":
+            return source
+        return replace(source, path=f"{base}/{query}", archive_dir=f"{base}/archive/{query}")
+
+    return replace(
+        options,
+        coordinator_source=moved("coordinator", options.coordinator_source),
+        quota_source=moved("quota", options.quota_source),
     )
 
 

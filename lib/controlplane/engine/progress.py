@@ -3,11 +3,12 @@
 The foreachBatch sink (``batch.BatchSink``) adds up the adapter's per-call figures (events,
 rejected lines, timers fired, the largest timer lateness) and leaves them here by
 (query name, batch id); a StreamingQueryListener on the driver joins them with Spark's own
-progress (input rows, batch time, duration, state rows, rows dropped by the watermark),
-appends the row, idempotently by the query id and batch id, sums it into the query's next
-log line (``ProgressReport``), then runs the query's after-commit hook (the landing
-directory's archiver, io/archive.py): when Spark reports a batch's progress, the batch is
-committed.
+progress (input rows, batch time, duration, state rows, rows dropped by the watermark), holds
+the row until its query's next commit (``ProgressCommits``: a commit per query per
+``engine.progress_commit_interval_ms``, idempotent by the query id and the last batch id of
+the commit), sums it into the query's next log line (``ProgressReport``), then runs the query's
+after-commit hook (the landing directory's archiver, io/archive.py): when Spark reports a
+batch's progress, the batch is committed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 log = logging.getLogger("controlplane.progress")
@@ -61,6 +62,67 @@ def progress_row(progress: Any, figures: Mapping[str, int]) -> dict[str, Any]:
         "late_rows_dropped": sum(int(op.numRowsDroppedByWatermark) for op in operators),
         "duration_ms": int(durations.get("triggerExecution", 0)),
     }
+
+
+Row = Mapping[str, Any]
+
+
+class ProgressCommits:
+    """The ``query_progress`` rows of each query, held and committed together.
+
+    A query's rows are committed once ``interval_ms`` has passed since the first row it holds
+    (0: each row at once), when the query ends, and when the job stops (``take_all``); the
+    first row of each query in a run at once (it shows the query records its progress). With
+    processing-time timeouts Spark runs a batch every trigger, idle or not: a commit per batch
+    was ~86,000 Delta commits a day per query at a 1 s trigger; a minute's interval makes it
+    1,440. The table still has a row per batch. A commit that failed gives its rows back
+    (``put_back``), to go with the next one, up to ``max_rows`` held per query (the oldest
+    go first). A job that dies loses the rows it held (at most an interval's).
+    """
+
+    MAX_ROWS = 10_000
+
+    def __init__(self, interval_ms: int, max_rows: int = MAX_ROWS) -> None:
+        self.interval_ms = interval_ms
+        self.max_rows = max_rows
+        self._lock = threading.Lock()
+        self._held: dict[str, list[Row]] = {}
+        self._since_ms: dict[str, int] = {}
+        self._seen: set[str] = set()
+
+    def add(self, query_id: str, row: Row, now_ms: int) -> list[Row]:
+        """Hold ``row``; the rows to commit now (usually none)."""
+        with self._lock:
+            held = self._held.setdefault(query_id, [])
+            if not held:
+                self._since_ms[query_id] = now_ms
+            held.append(row)
+            first = query_id not in self._seen
+            self._seen.add(query_id)
+            if first or now_ms - self._since_ms[query_id] >= self.interval_ms:
+                return self._take(query_id)
+            return []
+
+    def take(self, query_id: str) -> list[Row]:
+        with self._lock:
+            return self._take(query_id)
+
+    def take_all(self) -> dict[str, list[Row]]:
+        with self._lock:
+            return {query_id: self._take(query_id) for query_id in list(self._held)}
+
+    def put_back(self, query_id: str, rows: Sequence[Row], now_ms: int) -> int:
+        """Rows whose commit failed, before those held since; how many were dropped."""
+        with self._lock:
+            held = [*rows, *self._held.get(query_id, [])]
+            dropped = max(0, len(held) - self.max_rows)
+            self._held[query_id] = held[dropped:]
+            self._since_ms.setdefault(query_id, now_ms)
+            return dropped
+
+    def _take(self, query_id: str) -> list[Row]:
+        self._since_ms.pop(query_id, None)
+        return self._held.pop(query_id, [])
 
 
 class ProgressReport:
@@ -195,37 +257,93 @@ def _hook(query: str) -> Callable[[Any], None] | None:
         return _AFTER_COMMIT.get(query)
 
 
-def make_listener(writer_factory: Any, report: ProgressReport | None = None) -> Any:
-    """A StreamingQueryListener writing through ``writer_factory(query_id) -> BatchWriter``,
-    logging through ``report`` and running the queries' after-commit hooks."""
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ProgressRecorder:
+    """What the listener does, without Spark's listener class: each batch's row is held and
+    committed through ``writer_factory(query_id) -> BatchWriter`` when ``commits`` says so,
+    logged through ``report``, then the query's after-commit hook runs. ``flush()`` commits
+    every row still held (the job calls it when it stops, before removing the listener)."""
+
+    def __init__(
+        self,
+        writer_factory: Any,
+        report: ProgressReport | None = None,
+        commits: ProgressCommits | None = None,
+        clock: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.writer_factory = writer_factory
+        self.report = report or ProgressReport(0)
+        self.commits = commits or ProgressCommits(0)
+        self.clock = clock
+
+    def progress(self, progress: Any) -> None:
+        try:
+            row = progress_row(progress, take(progress.name or "", int(progress.batchId)))
+            now_ms = self.clock()
+            self._commit(str(progress.id), self.commits.add(str(progress.id), row, now_ms))
+            for level, line in self.report.add(row, now_ms):
+                log.log(level, "%s", line)
+        except Exception:  # progress must never stop the query
+            log.exception("could not record progress of batch %s", progress.batchId)
+        hook = _hook(progress.name or "")
+        if hook is not None:
+            try:
+                hook(progress)
+            except Exception:
+                log.exception("%s: after batch %s", progress.name, progress.batchId)
+
+    def terminated(self, query_id: str) -> None:
+        self._commit(query_id, self.commits.take(query_id))
+
+    def flush(self) -> None:
+        for query_id, rows in self.commits.take_all().items():
+            self._commit(query_id, rows)
+
+    def _commit(self, query_id: str, rows: list[Row]) -> None:
+        if not rows:
+            return
+        try:  # idempotent by the last batch id: a replayed commit is skipped
+            self.writer_factory(query_id).write("query_progress", rows, int(rows[-1]["batch_id"]))
+        except Exception:  # progress must never stop the query
+            dropped = self.commits.put_back(query_id, rows, self.clock())
+            log.exception(
+                "could not record progress of batches %s-%s (kept for the next commit%s)",
+                rows[0]["batch_id"],
+                rows[-1]["batch_id"],
+                f"; {dropped} older row(s) dropped" if dropped else "",
+            )
+
+
+def make_listener(
+    writer_factory: Any,
+    report: ProgressReport | None = None,
+    commits: ProgressCommits | None = None,
+    clock: Callable[[], int] = _wall_ms,
+) -> Any:
+    """A StreamingQueryListener around a ``ProgressRecorder``; its ``flush()`` is the
+    recorder's."""
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
-    lines = report or ProgressReport(0)
+    recorder = ProgressRecorder(writer_factory, report, commits, clock)
 
     class ProgressListener(StreamingQueryListener):
+        def flush(self) -> None:
+            recorder.flush()
+
         def onQueryStarted(self, event: Any) -> None:
             log.info("query %s started (id %s, run %s)", event.name, event.id, event.runId)
 
         def onQueryProgress(self, event: Any) -> None:
-            progress = event.progress
-            try:
-                row = progress_row(progress, take(progress.name or "", int(progress.batchId)))
-                writer_factory(str(progress.id)).write("query_progress", [row], row["batch_id"])
-                for level, line in lines.add(row, int(time.time() * 1000)):
-                    log.log(level, "%s", line)
-            except Exception:  # progress must never stop the query
-                log.exception("could not record progress of batch %s", progress.batchId)
-            hook = _hook(progress.name or "")
-            if hook is not None:
-                try:
-                    hook(progress)
-                except Exception:
-                    log.exception("%s: after batch %s", progress.name, progress.batchId)
+            recorder.progress(event.progress)
 
         def onQueryIdle(self, event: Any) -> None:
             return None
 
         def onQueryTerminated(self, event: Any) -> None:
+            recorder.terminated(str(event.id))
             if event.exception:
                 log.error("query %s failed: %s", event.id, event.exception)
             else:  # the job says why it stopped, in one line

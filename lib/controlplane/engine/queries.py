@@ -386,11 +386,12 @@ def build_quota_query(
 
 
 def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
-    """Append a ``query_progress`` row per batch, log a line per query per
+    """Append a ``query_progress`` row per batch (a commit per query per
+    ``engine.progress_commit_interval_ms``), log a line per query per
     ``engine.progress_log_interval_ms``, and archive the landing files of committed batches
     (engine.progress, io.archive). Timers firing later than ``engine.failover_gap_ms`` make
     the line a warning in processing-time mode: the job is falling behind."""
-    from controlplane.engine.progress import ProgressReport, make_listener
+    from controlplane.engine.progress import ProgressCommits, ProgressReport, make_listener
     from controlplane.io.sinks import choose_writer
 
     writers: dict[str, Any] = {}
@@ -407,6 +408,8 @@ def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
         trigger_interval_ms=options.trigger_interval_ms,
         lateness_warning_ms=options.failover_gap_ms if processing_time else None,
     )
-    listener = make_listener(writer_for, report)
+    listener = make_listener(
+        writer_for, report, ProgressCommits(options.progress_commit_interval_ms)
+    )
     spark.streams.addListener(listener)
     return listener

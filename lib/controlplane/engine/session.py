@@ -1,7 +1,9 @@
 """The local SparkSession: RocksDB state store with changelog checkpointing, UI off.
 
 Settings that the checkpoint freezes (state store provider, number of state partitions) are
-chosen here once; changing them needs a new checkpoint (docs/engine.md, "State store").
+chosen here once; changing them needs a new checkpoint (docs/engine.md, "State store"). The
+provider is Apache Spark's RocksDB provider locally and Databricks' own on a Databricks
+cluster (``apply_state_conf``), which the bundle's cluster configuration names too.
 
 The project's pinned jars (``.venv/jars/spark``: delta-spark and Spark's Kafka connector, see
 ``controlplane.jvm``) go on ``spark.jars`` with Delta's SQL extension and catalog, so a local
@@ -19,10 +21,14 @@ from controlplane.jvm import SPARK_JARS, MissingJvm, jar_paths, jars_root
 
 log = logging.getLogger(__name__)
 
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# Databricks documents its own provider class ("Configure RocksDB state store on Databricks");
+# from Databricks Runtime 17.3 it is the default, with changelog checkpointing on.
+DATABRICKS_ROCKSDB_PROVIDER = "com.databricks.sql.streaming.state.RocksDBStateStoreProvider"
 
 STATE_CONF: dict[str, str] = {
-    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    PROVIDER_CONF: ROCKSDB_PROVIDER,
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     # Rows in a key are handed to the function in Arrow chunks; keep them large.
     "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
@@ -127,10 +133,17 @@ def build_local_session(
     return spark
 
 
+def databricks_state_conf() -> dict[str, str]:
+    """STATE_CONF with Databricks' RocksDB provider instead of Apache Spark's."""
+    return {**STATE_CONF, PROVIDER_CONF: DATABRICKS_ROCKSDB_PROVIDER}
+
+
 def apply_state_conf(spark: Any, shuffle_partitions: int) -> None:
-    """On a cluster session (Databricks) set the state store settings before a query starts."""
+    """On a Databricks session set the state store settings before a query starts. A query
+    restarted from a checkpoint keeps the provider its first run recorded there, whatever the
+    session says (docs/engine.md, "State store")."""
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    for key, value in STATE_CONF.items():
+    for key, value in databricks_state_conf().items():
         try:
             spark.conf.set(key, value)
         except Exception as exc:  # a managed runtime may refuse a static conf
