@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli.demo import DEMO_CLIENT_DEFAULTS, parse_plan
+from controlplane.cli.demo_plan import DEMO_CLIENT_DEFAULTS, parse_plan
 from controlplane.cli.demo_summary import format_rows
 from controlplane.client.config import ClientConfigError, consumer_config
 from controlplane.core.config import ConfigError

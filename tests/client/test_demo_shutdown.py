@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.cli.demo import DemoPlan
 from controlplane.cli.demo_fleet import AdminTool
+from controlplane.cli.demo_plan import DemoPlan
 from controlplane.cli.demo_run import DemoRun
 from controlplane.client.admin import TopicResult
 from controlplane.client.clock import RealClock

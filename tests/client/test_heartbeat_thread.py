@@ -26,7 +26,7 @@ from client.latency import (
     first_of,
     sent_between,
 )
-from controlplane.cli.demo import DEMO_CLIENT_DEFAULTS
+from controlplane.cli.demo_plan import DEMO_CLIENT_DEFAULTS
 from controlplane.client.clock import VirtualClock
 from controlplane.client.config import ConsumerConfig, consumer_config
 from controlplane.client.member import GroupMember, MemberState

@@ -217,6 +217,8 @@ def test_s79_classic_group_member_session_timeout_during_rebalance() -> None:
     h.advance_to(5500)
     assert h.heartbeat(a, 1).error is Errors.REBALANCE_IN_PROGRESS
     assert h.session_deadline(a) == 10500
+    h.advance_to(10499)
+    assert b.parked  # A is still a member that has not rejoined
     h.advance_to(10500)
     assert_join_ok(b, generation=2, leader=b.member_id, members={b.member_id})
     h.assert_state(COMPLETING, 2, members={b.member_id})

@@ -14,7 +14,7 @@ from typing import Any
 from controlplane.core.config import parse_settings
 from controlplane.core.coordinator.runner import DECISIONS, CoordinatorRunner
 from controlplane.core.quota import codec as quota_codec
-from controlplane.core.quota.bucket import Bucket, burst_of, record, refill
+from controlplane.core.quota.bucket import Bucket, burst_of
 from controlplane.core.quota.runner import DECISIONS as QUOTA_DECISIONS
 from controlplane.core.quota.runner import QuotaRunner
 from controlplane.core.runtime import TimedEvent
@@ -45,6 +45,7 @@ from differential.script import (
     actor_conn,
     label,
 )
+from support.token_bucket import measure, record
 
 T0_MS = 1_700_000_000_000  # a real epoch time: a new bucket is full on its first touch
 CLIENT_HOST = "/127.0.0.1"  # what the broker reports for a loopback client
@@ -323,7 +324,7 @@ class OurPlayer:
         bucket = before.get(key)
         tokens = burst if bucket is None else bucket.tokens
         if bucket is not None:
-            tokens = refill(tokens, bucket.last_update_ms, self.now_ms, rate, burst)
+            tokens = measure(tokens, bucket.last_update_ms, self.now_ms, rate, burst)
         margins: list[float] = []
         for topic, count in zip(row["topics"], counts, strict=True):
             if topic["error_code"] not in (0, 89):  # refused before the quota

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.engine.options import CleanSource, SourceOptions
 from controlplane.io.archive import LandingArchiver, local_path, log_entries
+from controlplane.io.options import CleanSource, SourceOptions
 
 
 class Landing:

@@ -31,8 +31,9 @@ import pytest
 import yaml
 from databricks.bundles.jobs import Job
 
-from controlplane.engine.options import KafkaEndpoint, parse_engine_options
+from controlplane.engine.options import parse_engine_options
 from controlplane.engine.session import DATABRICKS_ROCKSDB_PROVIDER
+from controlplane.io.options import KafkaEndpoint
 from controlplane.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,14 +16,7 @@ from controlplane.core.config import ConfigError, parse_settings
 from controlplane.engine import launch
 from controlplane.engine.adapter import StateFunction, parse_row
 from controlplane.engine.batch import BatchSink, answer_records
-from controlplane.engine.options import (
-    EngineOptions,
-    KafkaEndpoint,
-    Keying,
-    SourceOptions,
-    TimeMode,
-    parse_engine_options,
-)
+from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_engine_options
 from controlplane.engine.queries import QuotaKeyer
 from controlplane.engine.reload import SettingsSource
 from controlplane.engine.secrets import resolve, resolve_mapping
@@ -33,6 +26,7 @@ from controlplane.io.kafka_clients import (
     KafkaSetupError,
     python_client_config,
 )
+from controlplane.io.options import KafkaEndpoint, SourceOptions
 from engine.fakes import CountingRunner, FakeGroupState, FakeSpark
 
 JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required"

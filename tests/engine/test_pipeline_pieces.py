@@ -10,7 +10,8 @@ import pytest
 from controlplane.core.config import ConfigError, parse_settings
 from controlplane.engine.adapter import METRICS_TABLE
 from controlplane.engine.batch import split_envelopes
-from controlplane.engine.options import CleanSource, Keying, TimeMode, parse_engine_options
+from controlplane.engine.options import Keying, TimeMode, parse_engine_options
+from controlplane.io.options import CleanSource
 from controlplane.io.sources import number_lines
 
 

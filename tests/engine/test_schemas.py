@@ -11,7 +11,7 @@ import pytest
 
 from controlplane.core.config import parse_settings
 from controlplane.core.runtime import TimedEvent
-from controlplane.engine.schemas import ENGINE_COLUMNS, TABLES, arrow_schema
+from controlplane.io.schemas import ENGINE_COLUMNS, TABLES, arrow_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = {"quotas": [{"user": "<default>", "controller_mutation_rate": 10}]}

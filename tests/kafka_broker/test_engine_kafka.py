@@ -16,7 +16,7 @@ import pytest
 
 from controlplane.core.config import parse_settings
 from controlplane.engine.batch import BatchSink
-from controlplane.engine.options import EngineOptions, KafkaEndpoint, SourceOptions
+from controlplane.engine.options import EngineOptions
 from controlplane.engine.queries import build_coordinator_query, prepare_kafka
 from controlplane.io.broker import LocalBroker
 from controlplane.io.kafka_clients import (
@@ -25,6 +25,7 @@ from controlplane.io.kafka_clients import (
     AnswersPublisher,
     KafkaSetupError,
 )
+from controlplane.io.options import KafkaEndpoint, SourceOptions
 
 pytestmark = pytest.mark.kafka
 

@@ -8,9 +8,9 @@ import pytest
 from controlplane.core.quota.bucket import (
     INACTIVE_EXPIRATION_MS,
     java_round,
-    refill,
     throttle_time_ms,
 )
+from controlplane.core.quota.machine import admit_strict
 from support.quota_harness import T_MS, QuotaHarness, errors
 
 T = T_MS
@@ -66,7 +66,10 @@ def test_x19_extra_touch_changes_the_outcome_at_the_boundary() -> None:
 
 
 def test_refill_is_kafkas_expression() -> None:
-    assert refill(-40.0, 0, 19_999, 2.0, 20.0) == -0.0020000000000024443
+    """-40 + 2.0 * (19999 / 1000.0), in that order: not the -0.002 of exact arithmetic."""
+    admission = admit_strict(-40.0, 0, [1], 2.0, 20.0, 19_999)
+    assert admission.admitted == (False,)  # still negative: rejected, the refill kept
+    assert admission.tokens == -0.0020000000000024443
 
 
 def test_x04b_new_rate_is_credited_retroactively() -> None:

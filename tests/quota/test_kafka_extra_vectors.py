@@ -35,10 +35,12 @@ from typing import Any
 import pytest
 
 from controlplane.core.config import DEFAULT_ENTITY, QuotaConfig, parse_settings
-from controlplane.core.quota.bucket import burst_of, record, refill, throttle_time_ms
+from controlplane.core.quota.bucket import burst_of, throttle_time_ms
+from controlplane.core.quota.machine import admit_strict
 from controlplane.core.quota.resolution import Resolution, carry_removed_quotas, resolve
 from controlplane.core.quota.runner import QuotaSession
 from support.quota_harness import T_MS, QuotaHarness, errors
+from support.token_bucket import measure
 
 T = T_MS
 D = DEFAULT_ENTITY
@@ -57,14 +59,17 @@ SENSOR_STRICT = [
 
 @pytest.mark.parametrize("index", range(len(SENSOR_STRICT)), ids=[r[0] for r in SENSOR_STRICT])
 def test_sensor_strict_token_bucket(index: int) -> None:
-    # Through the bucket functions (measure = refill) ...
+    # Through the strict admission loop (strictRecord; a bare measure through the oracle) ...
     burst = burst_of(10, 1, 2.0)
     tokens, last = 0.0, 0
-    for _, time_ms, value, _, _ in SENSOR_STRICT[: index + 1]:
-        tokens, last = refill(tokens, last, time_ms, 2.0, burst), time_ms
-        if value is not None:
-            assert tokens >= 0  # checkQuotas passes
-            tokens = record(tokens, value, burst)
+    for _, time_ms, value, admitted, _ in SENSOR_STRICT[: index + 1]:
+        if value is None:
+            tokens = measure(tokens, last, time_ms, 2.0, burst)
+        else:
+            admission = admit_strict(tokens, last, [value], 2.0, burst, time_ms)
+            assert admission.admitted == (admitted,)
+            tokens = admission.tokens
+        last = time_ms
     assert tokens == SENSOR_STRICT[index][4]
     # ... and through the whole session (strict CreateTopics, user quota 2/s).
     h = QuotaHarness([{"user": "u", "controller_mutation_rate": 2.0}], window_num=10)
@@ -76,7 +81,7 @@ def test_sensor_strict_token_bucket(index: int) -> None:
             assert row["throttle_time_ms"] == 0
     bucket = h.bucket("user=u")
     assert bucket is not None
-    measured = refill(bucket.tokens, bucket.last_update_ms, h.now_ms, 2.0, burst)
+    measured = measure(bucket.tokens, bucket.last_update_ms, h.now_ms, 2.0, burst)
     assert measured == SENSOR_STRICT[index][4]
 
 

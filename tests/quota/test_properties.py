@@ -19,13 +19,13 @@ from controlplane.core.quota.bucket import (
     INACTIVE_EXPIRATION_MS,
     Bucket,
     burst_of,
-    refill,
     throttle_time_ms,
 )
 from controlplane.core.quota.machine import admit_permissive, admit_strict
 from controlplane.core.quota.resolution import key_of
 from controlplane.core.quota.runner import DECISIONS, THROTTLES, QuotaRunner, QuotaSession
 from controlplane.core.runtime import TimedEvent
+from support.token_bucket import measure
 
 T = 1_700_000_000_000
 
@@ -58,7 +58,7 @@ def test_strict_admits_iff_tokens_before_are_not_negative(
     full = admit_strict(start, T, parts, rate, burst, now)
     for i in range(len(parts)):
         prefix = admit_strict(start, T, parts[:i], rate, burst, now)
-        before = refill(prefix.tokens, now if i else T, now, rate, burst)
+        before = measure(prefix.tokens, now if i else T, now, rate, burst)
         assert full.admitted[i] == (before >= 0)
         if not full.admitted[i]:
             # A rejected topic leaves the bucket as it was before it (refill only).
@@ -80,7 +80,7 @@ def test_strict_throttle_is_the_formula_of_the_last_rejection(
         return
     last = rejected[-1]
     prefix = admit_strict(start, T, parts[:last], rate, burst, now)
-    before = refill(prefix.tokens, now if last else T, now, rate, burst)
+    before = measure(prefix.tokens, now if last else T, now, rate, burst)
     assert full.throttle_time_ms == min(2**31 - 1, throttle_time_ms(before, rate))
 
 
@@ -204,7 +204,7 @@ def test_differential_against_naive_model(rate: int, s: int, requests: list[Any]
         assert [error.name for error in decision.topic_errors] == expected[0]
         assert decision.throttle_time_ms == expected[1]
         bucket = session.buckets[f"user={user}"]
-        measured = refill(bucket.tokens, bucket.last_update_ms, time_s * 1000, rate, rate * s)
+        measured = measure(bucket.tokens, bucket.last_update_ms, time_s * 1000, rate, rate * s)
         assert measured == naive.buckets[user].tokens  # as the `tokens` metric would read
 
 

@@ -5,6 +5,7 @@ docs/reference/events.md §8."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,26 @@ def test_recorded_output_holds_the_story() -> None:
     assert decisions["q12"]["quota_entity"] is None  # empty client id: unlimited
     assert decisions["q16"]["topics"][0]["error_code"] == 0  # idle > 1 h: fresh bucket
     assert len(read_rows(DATA / "quota_expected" / "quota_decisions.jsonl")) == 17  # dup q01
+
+
+def test_summary_counts_the_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--summary`` prints what the recorded output holds: the answers by error, the topics
+    throttled away, the throttle time per quota key."""
+    args = ["replay", "quota", "--events", str(DATA / "quota_events.jsonl"), "--out"]
+    config = ["--config", str(DATA / "quota_config.yaml")]
+    assert main([*args, str(tmp_path), *config, "--summary"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    decisions = read_rows(DATA / "quota_expected" / "quota_decisions.jsonl")
+    errors = Counter(str(row["error"]) for row in decisions)
+    by_error = ", ".join(f"{name} {count}" for name, count in sorted(errors.items()))
+    assert f"requests answered: {len(decisions)} ({by_error})" in printed
+    throttled = [t for row in decisions for t in row["topics"] or [] if t["error_code"] == 89]
+    assert f"topics rejected with THROTTLING_QUOTA_EXCEEDED: {len(throttled)}" in printed
+    per_key: Counter[str] = Counter()
+    for row in read_rows(DATA / "quota_expected" / "throttle_events.jsonl"):
+        per_key[row["quota_key"]] += row["throttle_time_ms"]
+    for key, total in per_key.items():
+        assert f"throttled: {key} {total} ms in all" in printed
 
 
 def test_sample_replays(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """Every numeric vector of docs/reference/mutation-quota.md §8.1, as tables (one comment per row).
 
 T is an epoch time, so a bucket is full on first use. Bucket vectors (K-01..K-08) drive the
-bucket arithmetic directly; quota-object vectors (K-12..K-35) drive the strict and permissive
-admission loops; integration vectors (K-36..K-47, K-78) go through the whole session
-(resolution, wire parser, machine) with the harness.
+bucket arithmetic: each record through the permissive admission loop (TokenBucket.record, then
+a measure of no time), each bare measure through the tests' oracle (support/token_bucket.py);
+quota-object vectors (K-12..K-35) drive the strict and permissive admission loops; integration
+vectors (K-36..K-47, K-78) go through the whole session (resolution, wire parser, machine) with
+the harness.
 """
 
 from __future__ import annotations
@@ -15,13 +17,12 @@ import pytest
 from controlplane.core.quota.bucket import (
     UNLIMITED_RATE_PER_S,
     burst_of,
-    record,
-    refill,
     response_throttle_ms,
     throttle_time_ms,
 )
 from controlplane.core.quota.machine import admit_permissive, admit_strict
 from support.quota_harness import T_MS, QuotaHarness, errors
+from support.token_bucket import measure
 
 T = T_MS
 
@@ -45,9 +46,11 @@ def _replay_bucket(ops: list[tuple[str, int, str, int, float]], upto: int) -> fl
     burst = burst_of(10, 2, 5.0)
     tokens, last = 0.0, 0
     for _, time_ms, operation, value, _ in ops[: upto + 1]:
-        tokens, last = refill(tokens, last, time_ms, 5.0, burst), time_ms
         if operation == "record":
-            tokens = record(tokens, value, burst)
+            tokens = admit_permissive(tokens, last, [value], 5.0, burst, time_ms).tokens
+        else:
+            tokens = measure(tokens, last, time_ms, 5.0, burst)
+        last = time_ms
     return tokens
 
 

@@ -19,8 +19,9 @@ from controlplane.client.records import InMemoryLog, Record
 from controlplane.client.transport import Stream
 from controlplane.client.transport_files import FileTransport
 from controlplane.core.config import parse_settings
-from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
+from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_coordinator_query, build_quota_query
+from controlplane.io.options import CleanSource, SourceOptions
 from spark.conftest import read_table
 
 pytestmark = pytest.mark.spark

@@ -16,13 +16,9 @@ from typing import Any
 import pytest
 
 from controlplane.core.config import parse_settings
-from controlplane.engine.options import (
-    EngineOptions,
-    Keying,
-    SourceOptions,
-    TimeMode,
-)
+from controlplane.engine.options import EngineOptions, Keying, TimeMode
 from controlplane.engine.queries import build_coordinator_query
+from controlplane.io.options import SourceOptions
 from spark.conftest import ROOT, assert_same_rows, read_table, run_to_end
 
 pytestmark = pytest.mark.spark

@@ -14,8 +14,9 @@ import pytest
 from deltalake import write_deltalake
 
 from controlplane.core.config import parse_settings
-from controlplane.engine.options import Keying, SourceOptions
+from controlplane.engine.options import Keying
 from controlplane.engine.queries import build_coordinator_query
+from controlplane.io.options import SourceOptions
 from spark.conftest import assert_same_rows, read_table, run_to_end
 from spark.test_coordinator_engine import (
     canonical,

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from controlplane.engine.options import EngineOptions, Keying, SourceOptions
+from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_query, register_progress_listener
+from controlplane.io.options import SourceOptions
 from engine.fakes import CountingRunner
 from spark.conftest import drop_events, read_table, wait_for
 

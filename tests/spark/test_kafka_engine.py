@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from controlplane.core.config import parse_settings
-from controlplane.engine.options import EngineOptions, Keying, SourceOptions, TimeMode
+from controlplane.engine.options import EngineOptions, Keying, TimeMode
 from controlplane.engine.queries import build_coordinator_query, build_quota_query
 from controlplane.io.broker import LocalBroker
+from controlplane.io.options import SourceOptions
 from kafka_broker.conftest import poll_until
 from spark.conftest import assert_same_rows, read_table, run_to_end, wait_for
 from spark.test_coordinator_engine import canonical, events_with_final_tick, replay

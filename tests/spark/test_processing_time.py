@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from controlplane.core.config import parse_settings
-from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
+from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_coordinator_query
 from controlplane.io import sinks
+from controlplane.io.options import CleanSource, SourceOptions
 from spark.conftest import drop_events, read_table, wait_for
 
 pytestmark = pytest.mark.spark

@@ -11,14 +11,9 @@ from typing import Any
 
 import pytest
 
-from controlplane.engine.options import (
-    CleanSource,
-    EngineOptions,
-    Keying,
-    SourceOptions,
-    TimeMode,
-)
+from controlplane.engine.options import EngineOptions, Keying, TimeMode
 from controlplane.engine.queries import build_quota_query
+from controlplane.io.options import CleanSource, SourceOptions
 from controlplane.settings import load_settings
 from spark.conftest import ROOT, assert_same_rows, read_table, run_to_end
 from spark.test_coordinator_engine import canonical

@@ -8,8 +8,8 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from controlplane.cli.demo import GROUPS, DemoPlan, elapsed_s, log
 from controlplane.cli.demo_fleet import AdminTool, MemberApp, Producer
+from controlplane.cli.demo_plan import GROUPS, DemoPlan, elapsed_s, log
 from controlplane.cli.demo_summary import print_summary, run_sql
 from controlplane.client.admin import AdminClient
 from controlplane.client.assignors import TopicPartition

@@ -19,13 +19,12 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from controlplane.engine import progress
 from controlplane.engine.adapter import METRICS_TABLE
-
-if TYPE_CHECKING:
-    from controlplane.io.kafka_clients import AnswerRecord, AnswersPublisher
+from controlplane.io.kafka_clients import AnswerRecord, AnswersPublisher
+from controlplane.io.sinks import choose_writer, to_arrow
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +100,6 @@ def answer_key(table: str, row: dict[str, Any]) -> str | None:
 def answer_records(rows_by_table: dict[str, list[dict[str, Any]]]) -> list[AnswerRecord]:
     """One answer per decisions and quota_decisions row, in batch order, each the row as the
     Delta table holds it (its columns, nulls included, unknown keys dropped)."""
-    from controlplane.io.kafka_clients import AnswerRecord
-    from controlplane.io.sinks import to_arrow
-
     records = []
     for table in ANSWERED_TABLES:
         rows = rows_by_table.get(table) or []
@@ -133,8 +129,6 @@ class BatchSink:
 
     def writer(self, spark: Any) -> Any:
         if self._writer is None:
-            from controlplane.io.sinks import choose_writer
-
             app_id = query_app_id(self.query, self.checkpoint, spark)
             self._writer = choose_writer(spark, self.tables_root, app_id, self.writer_preference)
         return self._writer

@@ -2,7 +2,8 @@
 
 The cores ignore these sections (core/config.py ENGINE_SECTIONS); this module validates them
 once at start, with messages naming the key, and resolves relative paths against the working
-directory the job was started from.
+directory the job was started from. A source and a Kafka endpoint are io's types
+(io/options.py): the io layer reads them and never imports the engine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from controlplane.core.config import ConfigError, Settings
 from controlplane.engine.secrets import check_credential, check_references
+from controlplane.io.options import CleanSource, KafkaEndpoint, SourceOptions
 
 
 class TimeMode(StrEnum):
@@ -25,40 +27,6 @@ class TimeMode(StrEnum):
 class Keying(StrEnum):
     GROUP = "group"  # one Spark key per group (or per quota key)
     SHARD = "shard"  # one Spark key per coordinator shard: crc32(key) mod shards
-
-
-class CleanSource(StrEnum):
-    OFF = "off"
-    ARCHIVE = "archive"
-    DELETE = "delete"
-
-
-@dataclass(frozen=True, slots=True)
-class SourceOptions:
-    format: str  # "jsonl" (landing directory), "kafka" or "delta"
-    path: str  # directory, topic list (comma-separated) or table path
-    max_files_per_trigger: int = 100  # files and Delta: the streaming max.poll.records
-    clean_source: CleanSource = CleanSource.ARCHIVE
-    archive_dir: str | None = None
-    kafka_bootstrap_servers: str | None = None
-    user_header: str = "user"  # Kafka header carrying the authenticated principal
-    # Kafka only: records per micro-batch (Spark's maxOffsetsPerTrigger), where a first start
-    # (or a reset checkpoint) begins, the largest value handed to the core, and extra client
-    # properties (``security.protocol``, ``sasl.*``, ...) passed as ``kafka.<name>``, whose
-    # values may hold secret references (engine/secrets.py). Not in repr: resolved values are
-    # credentials.
-    max_records_per_trigger: int = 10_000
-    starting_offsets: str = "earliest"
-    max_record_bytes: int = 1_048_576
-    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaEndpoint:
-    """Where a Kafka client connects: bootstrap servers and client properties (Kafka's names)."""
-
-    bootstrap_servers: str
-    options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,18 +20,26 @@ from controlplane.core.runtime import Runner
 from controlplane.engine.adapter import StateFunction
 from controlplane.engine.batch import BatchSink
 from controlplane.engine.keying import spark_key_column, spark_key_of
-from controlplane.engine.options import (
-    CleanSource,
-    EngineOptions,
-    KafkaEndpoint,
-    Keying,
-    SourceOptions,
-    TimeMode,
-    parse_engine_options,
+from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_engine_options
+from controlplane.engine.progress import (
+    ProgressCommits,
+    ProgressReport,
+    after_commit,
+    make_listener,
 )
 from controlplane.engine.reload import SettingsSource
 from controlplane.engine.schemas import ENVELOPE, KEYED_INPUT, STATE
 from controlplane.engine.secrets import SecretLookup, databricks_lookup, resolve_mapping
+from controlplane.io.archive import LandingArchiver
+from controlplane.io.kafka_clients import (
+    AnswersPublisher,
+    check_request_topics,
+    check_topic_exists,
+    topic_names,
+)
+from controlplane.io.options import CleanSource, KafkaEndpoint, SourceOptions
+from controlplane.io.sinks import choose_writer
+from controlplane.io.sources import read_events
 
 log = logging.getLogger(__name__)
 
@@ -234,13 +242,6 @@ def prepare_kafka(
     """At start, on the driver: the source with its secret references resolved, and the
     answers publisher (None without an answers topic). A Kafka source's topics must exist with
     LogAppendTime, and the answers topic must exist; else the query does not start."""
-    from controlplane.io.kafka_clients import (
-        AnswersPublisher,
-        check_request_topics,
-        check_topic_exists,
-        topic_names,
-    )
-
     if source.format == "kafka":
         resolved = resolve_mapping("kafka_options", source.kafka_options, lookup)
         source = dataclasses.replace(source, kafka_options=resolved)
@@ -279,10 +280,6 @@ def build_query(
     topic). ``secret_lookup`` reads ``{{secrets/...}}`` references (Databricks' secret store
     when on Databricks)."""
     from pyspark.sql import functions as F
-
-    from controlplane.engine.progress import after_commit
-    from controlplane.io.archive import LandingArchiver
-    from controlplane.io.sources import read_events
 
     lookup = secret_lookup if secret_lookup is not None else databricks_lookup()
     source, answers = prepare_kafka(options, source, lookup)
@@ -391,9 +388,6 @@ def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
     ``engine.progress_log_interval_ms``, and archive the landing files of committed batches
     (engine.progress, io.archive). Timers firing later than ``engine.failover_gap_ms`` make
     the line a warning in processing-time mode: the job is falling behind."""
-    from controlplane.engine.progress import ProgressCommits, ProgressReport, make_listener
-    from controlplane.io.sinks import choose_writer
-
     writers: dict[str, Any] = {}
 
     def writer_for(query_id: str) -> Any:

@@ -37,7 +37,6 @@ STATE_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
 
-DELTA_TABLE_CLASS = "io.delta.tables.DeltaTable"
 DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -148,24 +147,3 @@ def apply_state_conf(spark: Any, shuffle_partitions: int) -> None:
             spark.conf.set(key, value)
         except Exception as exc:  # a managed runtime may refuse a static conf
             log.warning("could not set %s: %s", key, exc)
-
-
-def has_native_delta(spark: Any) -> bool:
-    """True when the session can write format("delta") (Databricks, or delta-spark jars). The
-    class is looked up through Spark's class loader: jars added with ``spark.jars`` are not on
-    the JVM's system class path, so ``Class.forName`` alone would miss them."""
-    try:
-        jvm = spark.sparkContext._jvm
-    except Exception:  # no SparkContext (Spark Connect)
-        return False
-    spark_loader = jvm.org.apache.spark.util.Utils
-    for lookup, extra in (
-        (spark_loader.classForName, (True, False)),
-        (jvm.java.lang.Class.forName, ()),
-    ):
-        try:
-            lookup(DELTA_TABLE_CLASS, *extra)
-        except Exception:
-            continue
-        return True
-    return False

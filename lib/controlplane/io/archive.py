@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from controlplane.engine.options import CleanSource, SourceOptions
+from controlplane.io.options import CleanSource, SourceOptions
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from controlplane.engine.options import KafkaEndpoint
+from controlplane.io.options import KafkaEndpoint
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 from pyspark.sql.types import BooleanType, StructField, StructType
 
-from controlplane.engine.schemas import TABLES, arrow_schema
+from controlplane.io.schemas import TABLES, arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ MERGE_ATTEMPTS = 5
 MERGE_RETRY_BACKOFF_S = 0.2  # times the attempt number
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+DELTA_TABLE_CLASS = "io.delta.tables.DeltaTable"
 
 Row = Mapping[str, Any]
 
@@ -345,10 +346,29 @@ class NativeDeltaWriter:
             self.spark.conf.unset(TXN_VERSION_CONF)
 
 
+def has_native_delta(spark: Any) -> bool:
+    """True when the session can write format("delta") (Databricks, or delta-spark jars). The
+    class is looked up through Spark's class loader: jars added with ``spark.jars`` are not on
+    the JVM's system class path, so ``Class.forName`` alone would miss them."""
+    try:
+        jvm = spark.sparkContext._jvm
+    except Exception:  # no SparkContext (Spark Connect)
+        return False
+    spark_loader = jvm.org.apache.spark.util.Utils
+    for lookup, extra in (
+        (spark_loader.classForName, (True, False)),
+        (jvm.java.lang.Class.forName, ()),
+    ):
+        try:
+            lookup(DELTA_TABLE_CLASS, *extra)
+        except Exception:
+            continue
+        return True
+    return False
+
+
 def choose_writer(spark: Any, tables_root: str, app_id: str, preference: str = "auto") -> Any:
     """``native`` when asked or when the session has Delta, else delta-rs; logged either way."""
-    from controlplane.engine.session import has_native_delta
-
     native = preference == "native" or (preference == "auto" and has_native_delta(spark))
     writer: Any = (
         NativeDeltaWriter(spark, tables_root, app_id)

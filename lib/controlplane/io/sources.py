@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from controlplane.engine.options import CleanSource, SourceOptions
 from controlplane.io.archive import archive_dir_of
+from controlplane.io.options import CleanSource, SourceOptions
 
 log = logging.getLogger(__name__)
 

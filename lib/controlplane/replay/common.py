@@ -40,15 +40,12 @@ EXIT_USAGE = 2
 
 
 class Processor(Protocol):
-    """A core behind the replay: fed one event at a time, then finished once."""
+    """A core behind the replay: fed one event at a time, then finished once; ``summary`` is
+    what ``--summary`` prints."""
 
     def feed(self, event: TimedEvent) -> Rows: ...
 
     def finish(self) -> Rows: ...
-
-
-class Summarizing(Protocol):
-    """Optionally offered by a processor: a human summary printed by ``--summary``."""
 
     def summary(self) -> str: ...
 
@@ -184,9 +181,8 @@ def replay_main(
         f"to {args.out}",
         file=sys.stderr,
     )
-    summarize = getattr(processor, "summary", None)
-    if args.summary and callable(summarize):
-        print(summarize())
+    if args.summary:
+        print(processor.summary())
     return EXIT_OK
 
 

@@ -9,6 +9,10 @@ on how many touches happened (§1.7):
 * record ``tokens = min(B, tokens - value)`` after a refill;
 * throttle ``jround(-tokens / Q * 1000)`` with Java's ``Math.round`` (ties towards +infinity).
 
+Refill and record are applied inline, per topic, by the admission loops (machine.py,
+``admit_strict`` and ``admit_permissive``): a function call per touch cost the request path a
+tenth of its throughput (bench/quota_bench.py, session).
+
 A new bucket holds ``tokens = 0`` and ``last_update_ms = 0`` (the Unix epoch), so its first touch
 at a real epoch time fills it to the burst: a bucket is full on first use.
 """
@@ -89,18 +93,6 @@ def burst_of(samples: int, window_size_seconds: int, rate_per_s: float) -> float
     """``samples * convert(timeWindowMs, SECONDS) * quota`` in Java's left-to-right order."""
     time_window_ms = window_size_seconds * 1000
     return (samples * (time_window_ms / 1000.0)) * rate_per_s
-
-
-def refill(
-    tokens: float, last_update_ms: int, now_ms: int, rate_per_s: float, burst: float
-) -> float:
-    """Tokens after refilling up to ``now_ms`` (may go down if time went back, as in Kafka)."""
-    return min(burst, tokens + rate_per_s * ((now_ms - last_update_ms) / 1000.0))
-
-
-def record(tokens: float, value: float, burst: float) -> float:
-    """Tokens after deducting ``value`` (no lower bound; a negative value cannot exceed B)."""
-    return min(burst, tokens - value)
 
 
 def java_round(value: float) -> int:
