@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from controlplane.io.sinks import DeltaRsWriter, to_arrow
+from controlplane.io.sinks import (
+    DeltaRsWriter,
+    UnportableTable,
+    check_portable,
+    protocol_of,
+    to_arrow,
+)
 
 
 def decision(event_id: str, batch_id: int) -> dict[str, Any]:
@@ -166,3 +172,83 @@ def test_a_merge_that_keeps_losing_fails_the_batch(
         writer.write("groups", [group("g1", "Dead", deleted=True)], 1)
     assert writer.opened == 5
     assert writer.committed_version("groups") == 0  # nothing of batch 1: the restart redoes it
+
+
+LEGACY = {"delta.minReaderVersion": "1"}
+
+
+@pytest.mark.parametrize(
+    ("properties", "features", "reader", "portable"),
+    [
+        # a legacy protocol lists no features: its writer version implies them
+        ({**LEGACY, "delta.minWriterVersion": "2"}, ["appendOnly", "invariants"], 1, True),
+        (
+            {**LEGACY, "delta.minWriterVersion": "4"},
+            ["appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"],
+            1,
+            True,
+        ),
+        (
+            {"delta.minReaderVersion": "2", "delta.minWriterVersion": "5"},
+            [
+                "appendOnly",
+                "invariants",
+                "checkConstraints",
+                "changeDataFeed",
+                "generatedColumns",
+                "columnMapping",
+            ],
+            2,
+            False,
+        ),
+        (
+            {"delta.minReaderVersion": "2", "delta.minWriterVersion": "6"},
+            [
+                "appendOnly",
+                "invariants",
+                "checkConstraints",
+                "changeDataFeed",
+                "generatedColumns",
+                "columnMapping",
+                "identityColumns",
+            ],
+            2,
+            False,
+        ),
+        # a table-features protocol lists each one
+        (
+            {
+                **LEGACY,
+                "delta.minWriterVersion": "7",
+                "delta.feature.appendOnly": "supported",
+                "delta.feature.changeDataFeed": "supported",
+                "delta.enableChangeDataFeed": "true",
+            },
+            ["appendOnly", "changeDataFeed"],
+            1,
+            True,
+        ),
+        (
+            {
+                "delta.minReaderVersion": "3",
+                "delta.minWriterVersion": "7",
+                "delta.feature.deletionVectors": "supported",
+            },
+            ["deletionVectors"],
+            3,
+            False,
+        ),
+        ({**LEGACY, "delta.minWriterVersion": "7"}, [], 1, True),
+    ],
+)
+def test_a_tables_features_are_read_from_its_properties(
+    properties: dict[str, str], features: list[str], reader: int, portable: bool
+) -> None:
+    found, found_reader = protocol_of(properties)
+    assert sorted(found) == sorted(features)
+    assert found_reader == reader
+    if portable:
+        check_portable("t", found, found_reader)
+    else:
+        with pytest.raises(UnportableTable):
+            check_portable("t", found, found_reader)

@@ -121,26 +121,36 @@ def test_both_writers_create_tables_with_the_same_properties(
         assert set(protocol.writer_features or []) <= PORTABLE_FEATURES, protocol
 
 
+# A feature listed by a table-features protocol, and one a legacy protocol implies by its
+# versions (column mapping: reader 2, writer 5, no feature list).
+UNPORTABLE = {
+    "deletionVectors": {"delta.enableDeletionVectors": "true"},
+    "columnMapping": {
+        "delta.columnMapping.mode": "name",
+        "delta.minReaderVersion": "2",
+        "delta.minWriterVersion": "5",
+    },
+}
+
+
+@pytest.mark.parametrize("feature", sorted(UNPORTABLE))
 @pytest.mark.parametrize("writer", ["native", "delta-rs"])
 def test_a_table_with_a_feature_the_other_writer_lacks_is_refused(
-    spark: Any, tmp_path: Path, writer: str
+    spark: Any, tmp_path: Path, writer: str, feature: str
 ) -> None:
     path = tmp_path / "decisions"
     from delta.tables import DeltaTable as SparkDeltaTable
 
-    (
-        SparkDeltaTable.create(spark)
-        .location(str(path))
-        .addColumn("event_id", "STRING")
-        .property("delta.enableDeletionVectors", "true")
-        .execute()
-    )
+    builder = SparkDeltaTable.create(spark).location(str(path)).addColumn("event_id", "STRING")
+    for key, value in UNPORTABLE[feature].items():
+        builder = builder.property(key, value)
+    builder.execute()
     chosen = (
         NativeDeltaWriter(spark, str(tmp_path), "app")
         if writer == "native"
         else DeltaRsWriter(tmp_path, "app")
     )
-    with pytest.raises(UnportableTable, match="deletionVectors"):
+    with pytest.raises(UnportableTable, match=feature):
         chosen.write("decisions", [decision("a", 0)], 0)
 
 

@@ -76,11 +76,6 @@ def test_spark_sql_errors_are_one_line(
     assert "decisions" in err  # the tables that are there
 
 
-@pytest.mark.xfail(
-    run=False,
-    reason="unfinished: this test ran past 15 minutes twice on a loaded machine (2026-11-23), "
-    "undiagnosed; OPTIMIZE through Spark was seen working by hand",
-)
 def test_maintenance_with_spark_compacts_and_vacuums(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -44,6 +44,9 @@ DELTA_CONF: dict[str, str] = {
 
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+LOCAL_PARALLELISM = 2
 
 
 def started_by_spark_submit() -> bool:
@@ -117,7 +120,14 @@ def build_local_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.default.parallelism", "2")
+        .config("spark.default.parallelism", str(LOCAL_PARALLELISM))
+        # Delta rebuilds a table's state (files, sizes) in a job of 50 tasks by default, sized
+        # for a cluster: on two local cores, with code generated per task, that one job took
+        # 20-30 s per table (a native writer's first batch over four tables, 340 s under load).
+        .config(DELTA_SNAPSHOT_PARTITIONS, str(LOCAL_PARALLELISM))
+        # VACUUM lists a table's files in a job of this many tasks (Spark's default: 10,000);
+        # on two loaded cores that job ran past 15 minutes for a table of a few files.
+        .config(LISTING_PARALLELISM, str(LOCAL_PARALLELISM))
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         # From the SparkContext's start: spark-submit's log4j profile logged its start at

@@ -84,6 +84,43 @@ def check_portable(table: str, features: Sequence[str], min_reader_version: int)
         )
 
 
+# The features a table of a legacy protocol (writer version 2 to 6, no feature list) has,
+# by the version that introduced each (Delta's protocol, "Table Features").
+LEGACY_WRITER_FEATURES = (
+    (2, ("appendOnly", "invariants")),
+    (3, ("checkConstraints",)),
+    (4, ("changeDataFeed", "generatedColumns")),
+    (5, ("columnMapping",)),
+    (6, ("identityColumns",)),
+)
+FEATURE_PROPERTY = "delta.feature."
+
+
+def table_features(writer_version: int, listed: Sequence[str]) -> list[str]:
+    """A table's features: those its protocol lists (table features, writer version 7), else
+    those its legacy writer version implies (delta-rs and Spark list none for such a table)."""
+    if listed or writer_version >= 7:
+        return sorted(listed)
+    return [
+        name
+        for version, names in LEGACY_WRITER_FEATURES
+        if writer_version >= version
+        for name in names
+    ]
+
+
+def protocol_of(properties: Mapping[str, str]) -> tuple[list[str], int]:
+    """A table's features and reader version from its ``SHOW TBLPROPERTIES``: Spark lists a
+    table-features protocol's features as ``delta.feature.<name>`` and a legacy protocol by its
+    versions only (``delta.minReaderVersion``, ``delta.minWriterVersion``). What ``DESCRIBE
+    DETAIL`` says too, without rebuilding the table's state (a Spark job over its files)."""
+    listed = [
+        key.removeprefix(FEATURE_PROPERTY) for key in properties if key.startswith(FEATURE_PROPERTY)
+    ]
+    writer = int(properties.get("delta.minWriterVersion", "2"))
+    return table_features(writer, listed), int(properties.get("delta.minReaderVersion", "1"))
+
+
 def table_properties(table: str) -> dict[str, str]:
     """What both writers set when they create a table: appended tables are append-only (a
     DELETE or UPDATE on an audit table fails), ``groups`` records its changes (change data
@@ -153,7 +190,8 @@ class DeltaRsWriter:
         delta = DeltaTable(self.path(table))
         if table not in self._checked:
             protocol = delta.protocol()
-            features = [*(protocol.reader_features or []), *(protocol.writer_features or [])]
+            listed = {*(protocol.reader_features or []), *(protocol.writer_features or [])}
+            features = table_features(protocol.min_writer_version, sorted(listed))
             check_portable(table, features, protocol.min_reader_version)
             self._checked.add(table)
         version: int | None = delta.transaction_version(self.app_id)
@@ -295,8 +333,8 @@ class NativeDeltaWriter:
         for key, value in {**table_properties(table), **NATIVE_ONLY}.items():
             builder = builder.property(key, value)
         builder.execute()
-        detail = self.spark.sql(f"DESCRIBE DETAIL delta.`{self.path(table)}`").first()
-        check_portable(table, list(detail["tableFeatures"] or []), int(detail["minReaderVersion"]))
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES delta.`{self.path(table)}`").collect()
+        check_portable(table, *protocol_of({row["key"]: row["value"] for row in rows}))
         self._created.add(table)
 
     def _merge_retrying(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
