@@ -26,6 +26,7 @@ from controlplane.engine.adapter import METRICS_TABLE
 
 if TYPE_CHECKING:
     from controlplane.io.kafka_clients import AnswerRecord, AnswersPublisher
+    from controlplane.io.locations import TableNames
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +119,14 @@ class BatchSink:
         self,
         query: str,
         tables: Sequence[str],
-        tables_root: str,
+        location: str | TableNames,  # the tables root, or the schema of the tables by name
         checkpoint: str,
         writer_preference: str = "auto",
         answers: AnswersPublisher | None = None,
     ) -> None:
         self.query = query
         self.tables = tuple(tables)
-        self.tables_root = tables_root
+        self.location = location
         self.checkpoint = checkpoint
         self.writer_preference = writer_preference
         self.answers = answers
@@ -136,7 +137,7 @@ class BatchSink:
             from controlplane.io.sinks import choose_writer
 
             app_id = query_app_id(self.query, self.checkpoint, spark)
-            self._writer = choose_writer(spark, self.tables_root, app_id, self.writer_preference)
+            self._writer = choose_writer(spark, self.location, app_id, self.writer_preference)
         return self._writer
 
     def __call__(self, frame: Any, batch_id: int) -> None:
