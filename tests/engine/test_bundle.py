@@ -136,6 +136,37 @@ def test_the_config_files_the_bundle_names_exist_and_validate(config: str) -> No
     assert config in str(bundle()["variables"]["config"]["description"])
 
 
+def test_the_jobs_write_and_maintain_tables_by_name_in_the_bundles_schema() -> None:
+    """Unity Catalog tables by name, catalog.schema.<table>, built from the bundle's variables
+    and passed by every job; the settings files say the same for their target, and nothing
+    falls back to delta-rs (which writes paths, and is not installed on the cluster)."""
+    from controlplane.engine.launch import parse_args
+    from controlplane.engine.options import with_tables
+
+    for name, (_, job) in jobs().items():
+        for task in job["tasks"]:
+            parameters = (task.get("spark_python_task") or task["python_wheel_task"])["parameters"]
+            assert "--tables-root" not in parameters, name
+            schema = parameters[parameters.index("--tables-schema") + 1]
+            assert schema == "${var.catalog}.${var.schema}", name
+            if "python_wheel_task" in task:  # maintenance: Spark SQL's OPTIMIZE and VACUUM
+                assert parameters[parameters.index("--engine") + 1] == "spark"
+    for target in ("dev", "prod"):
+        values = variables(target)
+        configs = [values["config"], *([KAFKA_VARIANT] if target == "dev" else [])]
+        for config in configs:
+            options = parse_engine_options(load_settings(ROOT / config))
+            assert options.writer == "native"
+            assert options.tables_schema == f"{values['catalog']}.{values['schema']}", config
+            for name in ("coordinator", "quota"):
+                _, job = jobs()[name]
+                (task,) = job["tasks"]
+                argv = resolve(task["spark_python_task"]["parameters"], values)
+                args = parse_args(argv, "")
+                chosen = with_tables(options, root=args.tables_root, schema=args.tables_schema)
+                assert chosen.tables_schema == options.tables_schema
+
+
 def test_prod_and_the_kafka_variant_read_kafka_with_an_answers_topic() -> None:
     for config in (variables("prod")["config"], KAFKA_VARIANT):
         options = parse_engine_options(load_settings(ROOT / config))
