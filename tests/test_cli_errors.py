@@ -152,6 +152,41 @@ def test_no_tables_where_the_default_config_points_names_the_config_that_has_the
     )
 
 
+@pytest.mark.parametrize("command", READ_COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_tables_by_name_are_not_read_by_delta_rs(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A settings file naming the tables by name (engine.tables_schema, the Databricks
+    configs): the delta-rs commands say to use Spark, before any JVM starts."""
+    config = tmp_path / "names.yaml"
+    config.write_text("engine:\n  tables_schema: main.controlplane\n", encoding="utf-8")
+    assert main([*command, "--config", str(config)]) == 2
+    line = error_line(capsys)
+    assert line.startswith(f"python -m controlplane {command[0]}: the tables are by name in")
+    assert f"main.controlplane (engine.tables_schema of {config})" in line
+    assert "--engine spark" in line
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--tables-schema", "main"], "--tables-schema: expected catalog.schema"),
+        (
+            ["--tables-schema", "main.cp", "--tables-root", "t"],
+            "--tables-root and --tables-schema: give one",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", [["sql", "SELECT 1", "--engine", "spark"], ["maintenance"]])
+def test_a_bad_tables_schema_argument_is_a_usage_error(
+    command: list[str], arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*command, *arguments]) == 2
+    assert error_line(capsys) == f"python -m controlplane {command[0]}: {message}" + (
+        " (two names of letters, digits, _ or -), got 'main'" if "expected" in message else ""
+    )
+
+
 def test_no_tables_anywhere_says_how_to_get_some(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

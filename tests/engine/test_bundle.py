@@ -340,7 +340,7 @@ def development_errors(config: dict[str, Any], deployer: Deployer) -> list[str]:
     presets = config.get("presets", {})
     if presets.get("trigger_pause_status") == "UNPAUSED":
         errors.append("presets.trigger_pause_status UNPAUSED")
-    for name in ("schema", "checkpoint_root", "tables_root", "landing_root", "settings_file"):
+    for name in ("schema", "checkpoint_root", "landing_root", "settings_file"):
         if deployer.short_name not in str(config["_variables"][name]):
             errors.append(f"var.{name} is shared")
     for name, job in jobs(config).items():
@@ -356,7 +356,7 @@ def test_dev_passes_the_development_mode_rules_with_paths_per_developer() -> Non
     assert development_errors(bob, BOB) == []
     assert alice["_mode"] == "development"
     assert alice["_variables"]["schema"] == "controlplane_dev_alice_smith"
-    for name in ("checkpoint_root", "tables_root", "landing_root", "settings_file"):
+    for name in ("checkpoint_root", "landing_root", "settings_file"):
         assert alice["_variables"][name] != bob["_variables"][name], name
         assert alice["_variables"][name].startswith("/Volumes/main/controlplane_dev_alice_smith/")
     assert "run_as" not in alice  # a developer's jobs run as the developer
@@ -366,7 +366,7 @@ def test_the_development_rules_catch_a_shared_path() -> None:
     config = configure("dev", ALICE, {**DEV_VARS, "schema": "controlplane_dev"})
     assert development_errors(config, ALICE) == [
         f"var.{name} is shared"
-        for name in ("schema", "checkpoint_root", "tables_root", "landing_root", "settings_file")
+        for name in ("schema", "checkpoint_root", "landing_root", "settings_file")
     ]
 
 
@@ -417,7 +417,7 @@ def test_streaming_jobs_are_continuous_wheel_tasks_with_databricks_rocksdb() -> 
         parameters = dict(zip(wheel["parameters"][2::2], wheel["parameters"][3::2], strict=True))
         assert parameters == {
             "--config": settings_file,  # a Volume: a deploy never replaces the live settings
-            "--tables-root": config["_variables"]["tables_root"],
+            "--tables-schema": "{catalog}.{schema}".format(**config["_variables"]),
             "--checkpoint-root": config["_variables"]["checkpoint_root"],
             "--landing-root": config["_variables"]["landing_root"],
         }
@@ -457,7 +457,8 @@ def test_the_maintenance_job_runs_delta_s_own_optimize_and_vacuum() -> None:
     (task,) = job["tasks"]
     parameters = task["python_wheel_task"]["parameters"]
     assert parameters[:3] == ["maintenance", "--engine", "spark"]
-    assert parameters[parameters.index("--tables-root") + 1] == config["_variables"]["tables_root"]
+    tables_schema = parameters[parameters.index("--tables-schema") + 1]
+    assert tables_schema == "{catalog}.{schema}".format(**config["_variables"])
     assert job["schedule"]["pause_status"] == "UNPAUSED"
     paused = prod({**PROD_VARS, "maintenance_pause_status": "PAUSED"})
     assert jobs(paused)["maintenance"]["schedule"]["pause_status"] == "PAUSED"
@@ -501,6 +502,33 @@ def test_the_databricks_settings_files_validate_and_never_fall_back_to_delta_rs(
     assert options.coordinator_source is not None
     assert options.quota_source is not None
     assert config in str(bundle()["variables"]["settings_file"]["description"])
+
+
+def test_the_jobs_write_and_maintain_tables_by_name_in_the_bundles_schema() -> None:
+    """Unity Catalog tables by name, catalog.schema.<table>, built from the bundle's variables
+    and passed by every job (the developer's own schema in dev), winning over the settings
+    file's; nothing falls back to delta-rs (which writes paths, and is not on the cluster)."""
+    from controlplane.engine.launch import parse_args
+    from controlplane.engine.options import with_tables
+
+    for config in (dev(), dev(BOB), prod()):
+        expected = "{catalog}.{schema}".format(**config["_variables"])
+        for name, job in jobs(config).items():
+            (task,) = job["tasks"]
+            parameters = task["python_wheel_task"]["parameters"]
+            assert "--tables-root" not in parameters, name
+            assert parameters[parameters.index("--tables-schema") + 1] == expected, name
+            if name == "maintenance":  # Spark SQL's OPTIMIZE and VACUUM, by name
+                assert parameters[parameters.index("--engine") + 1] == "spark"
+                continue
+            args = parse_args(parameters[2:], "")
+            for settings in DATABRICKS_CONFIGS:
+                options = parse_engine_options(load_settings(ROOT / settings))
+                assert options.writer == "native"
+                chosen = with_tables(options, root=args.tables_root, schema=args.tables_schema)
+                assert chosen.tables_schema == expected, (name, settings)
+    prod_options = parse_engine_options(load_settings(ROOT / "conf/prod.yaml"))
+    assert prod_options.tables_schema == "{catalog}.{schema}".format(**prod()["_variables"])
 
 
 def test_prod_and_the_kafka_variant_read_kafka_with_an_answers_topic() -> None:

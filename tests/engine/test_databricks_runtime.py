@@ -55,7 +55,6 @@ def test_maintenance_with_spark_on_databricks_takes_the_cluster_s_session(
     Delta, its catalog), never a local[2] one with the project's jars."""
     from pyspark.sql import SparkSession
 
-    from controlplane.cli import maintenance
     from controlplane.engine import session
 
     cluster = object()
@@ -70,10 +69,10 @@ def test_maintenance_with_spark_on_databricks_takes_the_cluster_s_session(
     monkeypatch.setattr(SparkSession, "builder", Builder())
     monkeypatch.setattr(session, "build_local_session", no_local_session)
     monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")
-    assert maintenance.spark_session() is cluster
+    assert session.command_session("controlplane-maintenance") is cluster
     monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION")
     with pytest.raises(AssertionError, match="a local session"):
-        maintenance.spark_session()
+        session.command_session("controlplane-maintenance")
 
 
 def test_the_tables_are_found_without_delta_rs(

@@ -37,6 +37,29 @@ def test_a_bad_configuration_file_ends_the_job_with_status_2(
     assert launch.run(["--config", str(tmp_path / "missing.yaml")], ["coordinator"], "") == 2
 
 
+@pytest.mark.parametrize(
+    ("engine", "arguments", "message"),
+    [
+        ("writer: delta-rs", ["--tables-schema", "main.cp"], "need the native writer"),
+        ("writer: native", ["--tables-schema", "cp"], "--tables-schema: expected catalog.schema"),
+        ("writer: native", ["--tables-schema", "main.cp", "--tables-root", "t"], "give one"),
+    ],
+)
+def test_tables_by_name_are_checked_before_the_session_starts(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    engine: str,
+    arguments: list[str],
+    message: str,
+) -> None:
+    config = tmp_path / "conf.yaml"
+    config.write_text(f"engine: {{{engine}}}\nsources:\n  coordinator: {{path: in}}\n")
+    monkeypatch.setattr(launch, "session_for", no_spark)
+    assert launch.run(["--config", str(config), *arguments], ["coordinator"], "") == 2
+    assert message in caplog.text
+
+
 class FakeQuery:
     """A started query that ends by itself after ``polls`` looks at ``isActive`` (None:
     never), and runs ``on_poll`` at each look (e.g. a signal arriving while the job waits)."""

@@ -10,7 +10,13 @@ import pytest
 from controlplane.core.config import ConfigError, parse_settings
 from controlplane.engine.adapter import METRICS_TABLE
 from controlplane.engine.batch import split_envelopes
-from controlplane.engine.options import Keying, TimeMode, parse_engine_options
+from controlplane.engine.options import (
+    Keying,
+    TimeMode,
+    parse_engine_options,
+    with_tables,
+)
+from controlplane.io.locations import TableNames, TablePaths
 from controlplane.io.options import CleanSource
 from controlplane.io.sources import number_lines
 
@@ -94,6 +100,18 @@ def test_engine_options_defaults_and_sections() -> None:
             {"progress_commit_interval_ms": "1m"},
             "engine.progress_commit_interval_ms: expected an integer",
         ),
+        ({"tables_schema": "controlplane"}, "engine.tables_schema: expected catalog.schema"),
+        ({"tables_schema": "main.cp.tables"}, "engine.tables_schema: expected catalog.schema"),
+        ({"tables_schema": "main.`cp`"}, "engine.tables_schema: expected catalog.schema"),
+        ({"tables_schema": 7}, "engine.tables_schema: expected catalog.schema"),
+        (
+            {"tables_schema": "main.cp", "tables_root": "/t"},
+            "engine: tables_root and tables_schema both given",
+        ),
+        (
+            {"tables_schema": "main.cp", "writer": "delta-rs"},
+            "engine.tables_schema: tables by name need the native writer",
+        ),
     ],
 )
 def test_bad_engine_settings_are_refused_naming_the_key(
@@ -102,6 +120,40 @@ def test_bad_engine_settings_are_refused_naming_the_key(
     with pytest.raises(ConfigError) as error:
         parse_engine_options(parse_settings({"engine": engine}))
     assert message in str(error.value)
+
+
+def test_tables_are_by_path_unless_a_schema_names_them() -> None:
+    by_path = parse_engine_options(parse_settings({"engine": {"tables_root": "/t"}}))
+    assert by_path.tables() == "/t"
+    by_name = parse_engine_options(parse_settings({"engine": {"tables_schema": "main.cp-dev"}}))
+    assert by_name.tables() == TableNames("main.cp-dev")
+    assert by_name.tables_description() == "tables by name in main.cp-dev"
+
+
+def test_the_command_line_chooses_paths_or_names_whole() -> None:
+    """A job's --tables-root or --tables-schema replaces the file's choice: the bundle passes
+    the schema built from its catalog and schema variables."""
+    by_name = parse_engine_options(parse_settings({"engine": {"tables_schema": "main.cp"}}))
+    by_path = parse_engine_options(parse_settings({"engine": {"tables_root": "/t"}}))
+    assert with_tables(by_name, root="/v").tables() == "/v"
+    assert with_tables(by_path, schema="dev.cp").tables() == TableNames("dev.cp")
+    assert with_tables(by_path) == by_path
+    with pytest.raises(ConfigError, match="--tables-root and --tables-schema: give one"):
+        with_tables(by_path, root="/v", schema="dev.cp")
+    with pytest.raises(ConfigError, match=r"--tables-schema: expected catalog\.schema"):
+        with_tables(by_path, schema="cp")
+    delta_rs = parse_engine_options(parse_settings({"engine": {"writer": "delta-rs"}}))
+    with pytest.raises(ConfigError, match="need the native writer"):
+        with_tables(delta_rs, schema="dev.cp")
+
+
+def test_tables_are_named_in_sql_with_each_part_quoted() -> None:
+    names = TableNames("main.controlplane-dev")
+    assert names.name("groups") == "main.controlplane-dev.groups"
+    assert names.sql_name("groups") == "`main`.`controlplane-dev`.`groups`"
+    assert TablePaths("/v/t/").sql_name("groups") == "delta.`/v/t/groups`"
+    with pytest.raises(ConfigError):
+        TableNames("main")
 
 
 def test_a_source_without_path_is_refused() -> None:

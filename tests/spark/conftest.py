@@ -23,7 +23,7 @@ POLL_DEADLINE_S = 240.0
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     paths = [str(ROOT / "lib"), str(ROOT / "tests")]
     existing = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(paths + ([existing] if existing else []))
@@ -32,7 +32,12 @@ def spark() -> Iterator[Any]:
 
     # The pinned jars (make setup) are required: the native Delta writer, Spark SQL over the
     # tables and the Kafka source are tested here, not skipped.
-    session = build_local_session("controlplane-tests", shuffle_partitions=2, require_jars=True)
+    # Spark's own catalog (tables by name, test_named_tables.py) keeps its managed tables in
+    # the warehouse directory: a temporary one, not ./spark-warehouse.
+    warehouse = {"spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse"))}
+    session = build_local_session(
+        "controlplane-tests", shuffle_partitions=2, require_jars=True, extra_conf=warehouse
+    )
     yield session
     for query in session.streams.active:
         query.stop()

@@ -5,7 +5,9 @@ with delta-rs (DataFusion SQL, no JVM, the default) or with Spark SQL (``--engin
 local session with the project's delta-spark jars). Every table under the tables root is
 registered by its name (decisions, group_events, groups, rejected_events, quota_decisions,
 throttle_events, query_progress). The files under sql/ run in both; where Spark's dialect
-differs, ``--engine spark`` reads the twin in sql/spark/ instead.
+differs, ``--engine spark`` reads the twin in sql/spark/ instead. Tables by name in a catalog's
+schema (``--tables-schema CATALOG.SCHEMA``, or the settings' ``engine.tables_schema``) are read
+with ``--engine spark`` only, the schema being the session's current one.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def main(argv: list[str]) -> int:
         default="datafusion",
         help="DataFusion through delta-rs (default, starts at once) or Spark SQL",
     )
-    add_location_args(parser)
+    add_location_args(parser, by_name=True)
     args = parser.parse_args(argv)
     try:
         if args.engine == "spark":

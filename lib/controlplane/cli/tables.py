@@ -41,40 +41,72 @@ class CommandError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Tables:
-    """Where the tables are, the settings file read (if any), and why: for the messages."""
+    """Where the tables are, the settings file read (if any), and why: for the messages.
+    ``root`` for tables by path, ``schema`` (``catalog.schema``) for tables by name, which only
+    Spark reads (``--engine spark``)."""
 
-    root: Path
+    root: Path | None
     config: str | None
     origin: str
+    schema: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"schema {self.schema}" if self.schema else str(self.root)
 
 
-def add_location_args(parser: argparse.ArgumentParser) -> None:
+def add_location_args(parser: argparse.ArgumentParser, *, by_name: bool = False) -> None:
     parser.add_argument(
         "--tables-root",
         help=f"Delta tables directory (default: from --config, else {DEFAULT_TABLES})",
     )
+    if by_name:
+        parser.add_argument(
+            "--tables-schema",
+            metavar="CATALOG.SCHEMA",
+            help="the tables by name in that schema (--engine spark; default: from --config)",
+        )
     parser.add_argument(
         "--config",
-        help=f"settings file naming engine.tables_root (default {DEFAULT_CONFIG} if present;"
-        " conf/demo.yaml for the tables `make demo` writes)",
+        help=f"settings file naming engine.tables_root or engine.tables_schema (default"
+        f" {DEFAULT_CONFIG} if present; conf/demo.yaml for the tables `make demo` writes)",
     )
 
 
 def locate(args: argparse.Namespace) -> Tables:
-    """The tables ``--tables-root`` names, else those of the settings file (``--config``, else
-    conf/local.yaml when it exists). A missing or invalid settings file is a usage error."""
-    if args.tables_root:
+    """The tables ``--tables-root`` or ``--tables-schema`` names, else those of the settings
+    file (``--config``, else conf/local.yaml when it exists). A missing or invalid settings
+    file is a usage error."""
+    schema = getattr(args, "tables_schema", None)
+    if args.tables_root and schema:
+        raise CommandError("--tables-root and --tables-schema: give one", EXIT_USAGE)
+    if args.tables_root or schema:
         if args.config:
-            _configured_root(args.config)  # a file named on the command line must be valid
+            _configured(args.config)  # a file named on the command line must be valid
+        if schema:
+            return Tables(None, args.config, "--tables-schema", _schema_argument(schema))
         return Tables(Path(args.tables_root), args.config, "--tables-root")
     config = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
     if config is None:
         origin = f"the default: no --config and no {DEFAULT_CONFIG} here"
         return Tables(Path(DEFAULT_TABLES), None, origin)
-    return Tables(Path(_configured_root(config)), config, f"engine.tables_root of {config}")
+    options = _configured(config)
+    if options.tables_schema is not None:
+        return Tables(None, config, f"engine.tables_schema of {config}", options.tables_schema)
+    return Tables(Path(options.tables_root), config, f"engine.tables_root of {config}")
 
 
-def _configured_root(config: str) -> str:
+def _schema_argument(schema: str) -> str:
+    from controlplane.io.locations import parse_tables_schema
+
+    try:
+        return parse_tables_schema("--tables-schema", schema)
+    except ConfigError as error:
+        raise CommandError(str(error), EXIT_USAGE) from error
+
+
+def _configured(config: str) -> Any:
+    """The engine options of a settings file (EngineOptions)."""
     from controlplane.engine.options import parse_engine_options
     from controlplane.settings import load_settings
 
@@ -83,9 +115,20 @@ def _configured_root(config: str) -> str:
     except ConfigError as error:
         raise CommandError(str(error), EXIT_USAGE) from error
     try:
-        return parse_engine_options(settings, config).tables_root
+        return parse_engine_options(settings, config)
     except ConfigError as error:
         raise CommandError(f"{config}: {error}", EXIT_USAGE) from error
+
+
+def root_of(tables: Tables) -> Path:
+    """The directory of tables by path; tables by name are read with Spark SQL only."""
+    if tables.root is None:
+        raise CommandError(
+            f"the tables are by name in {tables.schema} ({tables.origin}): delta-rs reads "
+            "tables by path only; read them with `python -m controlplane sql --engine spark`",
+            EXIT_USAGE,
+        )
+    return tables.root
 
 
 def table_paths(root: Path) -> dict[str, Path]:
@@ -121,15 +164,19 @@ def no_tables(tables: Tables) -> CommandError:
     return CommandError(f"no Delta tables under {tables.root} ({tables.origin}); {hint}")
 
 
-def _other_configured_roots(root: Path) -> list[tuple[str, Path]]:
-    """The settings files under conf/ whose tables_root differs from ``root`` and has tables."""
+def _other_configured_roots(root: Path | None) -> list[tuple[str, Path]]:
+    """The settings files under conf/ whose tables_root differs from ``root`` and has tables
+    (files naming a schema, tables by name, are not looked into)."""
     found = []
     for config in sorted(Path("conf").glob("*.yaml")):
         try:
-            other = Path(_configured_root(str(config)))
+            options = _configured(str(config))
         except CommandError:
             continue
-        if other.resolve() != root.resolve() and table_paths(other):
+        if options.tables_schema is not None:
+            continue
+        other = Path(options.tables_root)
+        if (root is None or other.resolve() != root.resolve()) and table_paths(other):
             found.append((str(config), other))
     return found
 
@@ -140,7 +187,7 @@ def query(tables: Tables, sql: str) -> Any:
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
 
-    paths = table_paths(tables.root)
+    paths = table_paths(root_of(tables))
     builder = QueryBuilder()
     for name, path in paths.items():
         builder.register(name, DeltaTable(str(path)))
@@ -169,21 +216,39 @@ def spark_twin(path: Path) -> Path:
 
 
 def query_spark(tables: Tables, sql: str) -> Any:
-    """Run ``sql`` with Spark SQL over the same tables (each registered as a temporary view
-    by its name); a pyarrow Table. Needs the project's jars (``make setup``)."""
-    from controlplane.engine.session import build_local_session
+    """Run ``sql`` with Spark SQL over the same tables, on a session of its own: tables by path
+    each registered as a temporary view by its name, tables by name in their schema made the
+    current one; a pyarrow Table. Needs the project's jars (``make setup``)."""
+    from controlplane.engine.session import command_session
     from controlplane.jvm import MissingJvm
 
-    paths = table_paths(tables.root)
-    if not paths:
+    paths = {} if tables.root is None else table_paths(tables.root)
+    if tables.root is not None and not paths:
         raise no_tables(tables)
     try:
-        spark = build_local_session("controlplane-sql", master="local[1]", require_jars=True)
+        spark = command_session("controlplane-sql", master="local[1]")
     except MissingJvm as error:
         raise CommandError(str(error)) from error
+    session = spark.newSession()  # its own current schema and views
+    if tables.schema is not None:
+        return spark_sql(session, sql, tables, use_schema(session, tables))
     for name, path in paths.items():
-        spark.read.format("delta").load(str(path.resolve())).createOrReplaceTempView(name)
-    return spark_sql(spark, sql, tables, list(paths))
+        session.read.format("delta").load(str(path.resolve())).createOrReplaceTempView(name)
+    return spark_sql(session, sql, tables, list(paths))
+
+
+def use_schema(spark: Any, tables: Tables) -> list[str]:
+    """Make the schema of tables by name the session's current one; its tables' names."""
+    from controlplane.io.locations import TableNames
+
+    names = TableNames(str(tables.schema))
+    if not names.schema_exists(spark):
+        raise CommandError(
+            f"no schema {names} in Spark's catalogs ({tables.origin}); locally Spark's own "
+            "catalog lives as long as its session (name local tables by path)"
+        )
+    names.use(spark)
+    return names.tables(spark)
 
 
 def spark_sql(spark: Any, sql: str, tables: Tables, names: list[str]) -> Any:
@@ -207,7 +272,7 @@ def spark_sql(spark: Any, sql: str, tables: Tables, names: list[str]) -> Any:
         text = " ".join(str(error).split())
         if "TABLE_OR_VIEW_NOT_FOUND" in text:
             raise CommandError(
-                f"{text.split(' SQLSTATE')[0]} under {tables.root} ({tables.origin});"
+                f"{text.split(' SQLSTATE')[0]} under {tables.where} ({tables.origin});"
                 f" it has {', '.join(names)}"
             ) from error
         raise CommandError(f"query failed: {text}") from error

@@ -24,6 +24,7 @@ from typing import Any
 from controlplane.engine import progress
 from controlplane.engine.adapter import METRICS_TABLE
 from controlplane.io.kafka_clients import AnswerRecord, AnswersPublisher
+from controlplane.io.locations import TableNames
 from controlplane.io.sinks import choose_writer, to_arrow
 
 log = logging.getLogger(__name__)
@@ -114,14 +115,14 @@ class BatchSink:
         self,
         query: str,
         tables: Sequence[str],
-        tables_root: str,
+        location: str | TableNames,  # the tables root, or the schema of the tables by name
         checkpoint: str,
         writer_preference: str = "auto",
         answers: AnswersPublisher | None = None,
     ) -> None:
         self.query = query
         self.tables = tuple(tables)
-        self.tables_root = tables_root
+        self.location = location
         self.checkpoint = checkpoint
         self.writer_preference = writer_preference
         self.answers = answers
@@ -130,7 +131,7 @@ class BatchSink:
     def writer(self, spark: Any) -> Any:
         if self._writer is None:
             app_id = query_app_id(self.query, self.checkpoint, spark)
-            self._writer = choose_writer(spark, self.tables_root, app_id, self.writer_preference)
+            self._writer = choose_writer(spark, self.location, app_id, self.writer_preference)
         return self._writer
 
     def __call__(self, frame: Any, batch_id: int) -> None:

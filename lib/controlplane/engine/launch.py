@@ -17,7 +17,9 @@ from controlplane.engine.options import (
     TimeMode,
     parse_engine_options,
     with_landing_root,
+    with_tables,
 )
+from controlplane.engine.session import on_databricks
 from controlplane.settings import load_settings
 
 log = logging.getLogger("controlplane.job")
@@ -29,6 +31,11 @@ def parse_args(
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", default="conf/local.yaml", help="YAML settings file")
     parser.add_argument("--tables-root", help="override engine.tables_root (e.g. a Volume path)")
+    parser.add_argument(
+        "--tables-schema",
+        metavar="CATALOG.SCHEMA",
+        help="override engine.tables_schema: the tables by name in that schema (native writer)",
+    )
     parser.add_argument("--checkpoint-root", help="override engine.checkpoint_root")
     parser.add_argument(
         "--landing-root",
@@ -40,10 +47,6 @@ def parse_args(
         help="engine.mode event_time only: process what the sources hold, then stop (replays)",
     )
     return parser.parse_args(list(argv))
-
-
-def on_databricks() -> bool:
-    return "DATABRICKS_RUNTIME_VERSION" in os.environ
 
 
 def session_for(options: EngineOptions, app_name: str) -> Any:
@@ -290,6 +293,7 @@ def run(
     try:
         settings = load_settings(args.config)
         options = parse_engine_options(settings, args.config)
+        options = with_tables(options, root=args.tables_root, schema=args.tables_schema)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
@@ -300,10 +304,10 @@ def run(
     if args.available_now and options.mode is not TimeMode.EVENT_TIME:
         log.error("--available-now needs engine.mode: event_time (timeouts never let it end)")
         return 2
-    overrides = {"tables_root": args.tables_root, "checkpoint_root": args.checkpoint_root}
-    from dataclasses import replace
+    if args.checkpoint_root:
+        from dataclasses import replace
 
-    options = replace(options, **{k: v for k, v in overrides.items() if v})
+        options = replace(options, checkpoint_root=args.checkpoint_root)
     if args.landing_root:
         options = with_landing_root(options, args.landing_root)
     stop = StopRequest()
@@ -343,9 +347,8 @@ def _run_queries(
     listener = register_progress_listener(spark, options)
     interval_s = options.progress_log_interval_ms / 1000
     log.info(
-        "tables in %s, checkpoints in %s; a progress line per query %s; "
-        "SIGTERM or Ctrl-C stops the job",
-        options.tables_root,
+        "%s, checkpoints in %s; a progress line per query %s; SIGTERM or Ctrl-C stops the job",
+        options.tables_description(),
         options.checkpoint_root,
         f"every {interval_s:g} s" if interval_s else "per batch",
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 from controlplane.core.config import ConfigError, Settings
 from controlplane.engine.secrets import check_credential, check_references
+from controlplane.io.locations import NAMES_NEED_NATIVE, TableNames, parse_tables_schema
 from controlplane.io.options import CleanSource, KafkaEndpoint, SourceOptions
 
 
@@ -45,6 +46,9 @@ class EngineOptions:
     shuffle_partitions: int = 4
     checkpoint_root: str = "out/local/checkpoints"
     tables_root: str = "out/local/tables"
+    # catalog.schema: the tables by name in that schema instead of by path under tables_root
+    # (Unity Catalog on Databricks; native writer only). io/locations.py.
+    tables_schema: str | None = None
     writer: str = "auto"  # "auto", "delta-rs" or "native"
     config_path: str | None = None  # re-read each micro-batch (quota entries, core settings)
     coordinator_source: SourceOptions | None = None
@@ -61,6 +65,15 @@ class EngineOptions:
 
     def table(self, name: str) -> str:
         return f"{self.tables_root.rstrip('/')}/{name}"
+
+    def tables(self) -> str | TableNames:
+        """Where the writers put the tables: the root directory, or the schema's names."""
+        return self.tables_root if self.tables_schema is None else TableNames(self.tables_schema)
+
+    def tables_description(self) -> str:
+        if self.tables_schema is None:
+            return f"tables in {self.tables_root}"
+        return f"tables by name in {self.tables_schema}"
 
     def answers_endpoint(self, source: SourceOptions) -> KafkaEndpoint | None:
         """Where the answers of the query reading ``source`` go; None without an answers topic."""
@@ -249,7 +262,8 @@ def _source(where: str, raw: object) -> SourceOptions:
 def parse_engine_options(settings: Settings, config_path: str | None = None) -> EngineOptions:
     """Validate the engine's sections of ``settings``; raises ConfigError naming the key."""
     engine = dict(settings.sections.get("engine") or {})
-    known = set(_ENGINE_INTS) | set(_ENGINE_STRS) | {"mode", "keying", "answers_kafka_options"}
+    known = set(_ENGINE_INTS) | set(_ENGINE_STRS)
+    known |= {"mode", "keying", "answers_kafka_options", "tables_schema"}
     unknown = set(engine) - known
     if unknown:
         raise ConfigError(f"engine: unknown key(s) {sorted(unknown)}")
@@ -268,6 +282,15 @@ def parse_engine_options(settings: Settings, config_path: str | None = None) -> 
         raise ConfigError(
             f"engine.writer: expected auto, delta-rs or native, got {values['writer']!r}"
         )
+    if engine.get("tables_schema") is not None:
+        if "tables_root" in engine:
+            raise ConfigError(
+                "engine: tables_root and tables_schema both given; the tables are either "
+                "under a directory (by path) or in a catalog schema (by name)"
+            )
+        values["tables_schema"] = parse_tables_schema(
+            "engine.tables_schema", engine["tables_schema"]
+        )
     if engine.get("answers_kafka_options") is not None:
         values["answers_kafka_options"] = kafka_options(
             "engine.answers_kafka_options", engine["answers_kafka_options"]
@@ -275,6 +298,30 @@ def parse_engine_options(settings: Settings, config_path: str | None = None) -> 
     values.update(_sources(settings))
     options = EngineOptions(config_path=config_path, **values)
     _check_answers(engine, options)
+    check_tables(options)
+    return options
+
+
+def check_tables(options: EngineOptions) -> None:
+    """Tables by name are written by the native writer only."""
+    if options.tables_schema is not None and options.writer == "delta-rs":
+        raise ConfigError(NAMES_NEED_NATIVE)
+
+
+def with_tables(
+    options: EngineOptions, *, root: str | None = None, schema: str | None = None
+) -> EngineOptions:
+    """The options with the command line's ``--tables-root`` or ``--tables-schema``, which
+    replaces the file's choice whole (a root clears the file's schema, and the reverse)."""
+    if root and schema:
+        raise ConfigError("--tables-root and --tables-schema: give one (by path, or by name)")
+    if root:
+        return replace(options, tables_root=root, tables_schema=None)
+    if schema:
+        schema = parse_tables_schema("--tables-schema", schema)
+        updated = replace(options, tables_schema=schema)
+        check_tables(updated)
+        return updated
     return options
 
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from controlplane.core.config import Settings
+from controlplane.core.config import ConfigError, Settings
 from controlplane.core.runtime import Runner
 from controlplane.engine.adapter import StateFunction
 from controlplane.engine.batch import BatchSink
@@ -216,7 +216,7 @@ def _writer(
     answers: Any = None,
 ) -> Any:
     checkpoint = options.checkpoint(name)
-    sink = BatchSink(name, tables, options.tables_root, checkpoint, options.writer, answers)
+    sink = BatchSink(name, tables, options.tables(), checkpoint, options.writer, answers)
     return (
         frame.writeStream.queryName(name)
         .outputMode("append")
@@ -224,6 +224,29 @@ def _writer(
         .foreachBatch(sink)
         .trigger(**trigger)
     )
+
+
+def check_table_names(spark: Any, options: EngineOptions) -> None:
+    """Tables by name: at start, the session must write Delta and the schema must exist (the
+    engine creates tables, never schemas: on Databricks the bundle declares it). A
+    ConfigError, before the query starts."""
+    from controlplane.io.locations import TableNames
+    from controlplane.io.sinks import has_native_delta
+
+    tables = options.tables()
+    if not isinstance(tables, TableNames):
+        return
+    if not has_native_delta(spark):
+        raise ConfigError(
+            f"engine.tables_schema {tables}: tables by name need a session with Delta "
+            "(Databricks, or the jars of `make setup`)"
+        )
+    if not tables.schema_exists(spark):
+        raise ConfigError(
+            f"engine.tables_schema: no schema {tables} in the session's catalogs; create it "
+            "(the engine creates its tables, not the schema) or grant the job's principal "
+            "USE CATALOG and USE SCHEMA on it"
+        )
 
 
 def trigger_of(options: EngineOptions, available_now: bool = False) -> dict[str, Any]:
@@ -281,6 +304,7 @@ def build_query(
     when on Databricks)."""
     from pyspark.sql import functions as F
 
+    check_table_names(spark, options)
     lookup = secret_lookup if secret_lookup is not None else databricks_lookup()
     source, answers = prepare_kafka(options, source, lookup)
     if answers is not None:
@@ -393,7 +417,7 @@ def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
     def writer_for(query_id: str) -> Any:
         if query_id not in writers:
             app_id = f"controlplane-progress-{query_id}"
-            writers[query_id] = choose_writer(spark, options.tables_root, app_id, options.writer)
+            writers[query_id] = choose_writer(spark, options.tables(), app_id, options.writer)
         return writers[query_id]
 
     processing_time = options.mode is TimeMode.PROCESSING_TIME

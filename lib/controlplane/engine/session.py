@@ -147,6 +147,21 @@ def databricks_state_conf() -> dict[str, str]:
     return {**STATE_CONF, PROVIDER_CONF: DATABRICKS_ROCKSDB_PROVIDER}
 
 
+def on_databricks() -> bool:
+    return "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+def command_session(app_name: str, *, master: str = "local[2]") -> Any:
+    """The session of a command that runs Spark SQL (``sql --engine spark``, ``maintenance
+    --engine spark``): the cluster's own on Databricks (a wheel task runs on the driver, which
+    has no pinned jars to load), else a local one with the pinned jars (MissingJvm without)."""
+    if on_databricks():
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.getOrCreate()
+    return build_local_session(app_name, master=master, require_jars=True)
+
+
 def apply_state_conf(spark: Any, shuffle_partitions: int) -> None:
     """On a Databricks session set the state store settings before a query starts. A query
     restarted from a checkpoint keeps the provider its first run recorded there, whatever the

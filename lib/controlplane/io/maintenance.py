@@ -33,12 +33,14 @@ def maintain_deltars(path: str, retention_hours: int, *, dry_run: bool, force: b
 
 
 def maintain_spark(
-    spark: Any, path: str, retention_hours: int, *, dry_run: bool, force: bool
+    spark: Any, table: str, retention_hours: int, *, dry_run: bool, force: bool
 ) -> str:
-    """``OPTIMIZE`` and ``VACUUM ... RETAIN n HOURS`` through Spark SQL. ``force`` lifts Delta's
+    """``OPTIMIZE`` and ``VACUUM ... RETAIN n HOURS`` through Spark SQL on ``table``, a SQL name:
+    ``delta.`path``` or a table by name (``catalog.schema.table``). ``force`` lifts Delta's
     check against a retention below the table's (as delta-rs's ``enforce_retention_duration``),
-    for this session only."""
-    table = f"delta.`{path}`"
+    for this session only. The files removed are counted from the table's history (Delta
+    records ``VACUUM END`` with ``numDeletedFiles``), not by listing its directory, which a
+    Unity Catalog managed table does not let a job do."""
     if dry_run:
         compacted = "compaction skipped (dry run)"
     else:
@@ -50,22 +52,23 @@ def maintain_spark(
         if dry_run:
             listed = spark.sql(f"{statement} DRY RUN").count()
             return f"{compacted}; vacuum would remove {listed} files"
-        before = _file_count(spark, path)
+        before = _latest_version(spark, table)
         spark.sql(statement).collect()
-        return f"{compacted}; vacuum removed {before - _file_count(spark, path)} files"
+        return f"{compacted}; vacuum removed {_vacuumed_since(spark, table, before)} files"
     finally:
         spark.conf.unset(RETENTION_CHECK_CONF)
 
 
-def _file_count(spark: Any, path: str) -> int:
-    """Data files in the table's directory, referenced or not (what VACUUM may remove)."""
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    files = fs.listFiles(hadoop_path, True)
-    count = 0
-    while files.hasNext():
-        name = files.next().getPath().getName()
-        if name.endswith(".parquet"):
-            count += 1
-    return count
+def _latest_version(spark: Any, table: str) -> int:
+    return int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()["version"])
+
+
+def _vacuumed_since(spark: Any, table: str, version: int) -> int:
+    """Files deleted by the VACUUMs committed after ``version`` (0 when none was recorded)."""
+    rows = (
+        spark.sql(f"DESCRIBE HISTORY {table}")
+        .where(f"version > {int(version)} AND operation = 'VACUUM END'")
+        .select("operationMetrics")
+        .collect()
+    )
+    return sum(int((row["operationMetrics"] or {}).get("numDeletedFiles", 0)) for row in rows)

@@ -29,6 +29,8 @@ from typing import Any, Protocol
 import pyarrow as pa
 from pyspark.sql.types import BooleanType, StructField, StructType
 
+from controlplane.core.config import ConfigError
+from controlplane.io.locations import NAMES_NEED_NATIVE, TableNames, TablePaths, TablesAt
 from controlplane.io.schemas import TABLES, arrow_schema
 
 log = logging.getLogger(__name__)
@@ -288,18 +290,28 @@ def local_absolute(root: str) -> str:
 class NativeDeltaWriter:
     """``format("delta")`` with txnAppId/txnVersion; the ``groups`` MERGE with the session's txn
     confs. The writer has a session of its own (``newSession``: same SparkContext, its own SQL
-    conf), so the MERGE's confs never leak into another query's writes on the same driver."""
+    conf), so the MERGE's confs never leak into another query's writes on the same driver.
+
+    ``tables``: a directory (tables by path) or ``TableNames`` (tables by name in a catalog's
+    schema, io/locations.py); the same writes either way."""
 
     kind = "native"
 
-    def __init__(self, spark: Any, tables_root: str, app_id: str) -> None:
+    def __init__(self, spark: Any, tables: str | Path | TableNames, app_id: str) -> None:
         self.spark = spark.newSession()
-        self.root = local_absolute(str(tables_root)).rstrip("/")
+        self.at: TablesAt = (
+            tables
+            if isinstance(tables, TableNames)
+            else TablePaths(local_absolute(str(tables)).rstrip("/"))
+        )
         self.app_id = app_id
         self._created: set[str] = set()
 
     def path(self, table: str) -> str:
-        return f"{self.root}/{table}"
+        """A table's path (tables by path only)."""
+        if not isinstance(self.at, TablePaths):
+            raise TypeError(f"{table} is a table by name ({self.at.name(table)}), not a path")
+        return self.at.path(table)
 
     def write(self, table: str, rows: Sequence[Row], batch_id: int) -> bool:
         if not rows:
@@ -309,12 +321,12 @@ class NativeDeltaWriter:
             self._merge_retrying(table, latest_per_group(rows), batch_id)
             return True
         frame = self.spark.createDataFrame(to_arrow(table, rows).to_pandas(), schema=TABLES[table])
-        (
+        self.at.save(
             frame.write.format("delta")
             .mode("append")
             .option("txnAppId", self.app_id)
-            .option("txnVersion", batch_id)
-            .save(self.path(table))
+            .option("txnVersion", batch_id),
+            table,
         )
         return True
 
@@ -323,17 +335,8 @@ class NativeDeltaWriter:
         left as it is."""
         if table in self._created:
             return
-        from delta.tables import DeltaTable
-
-        builder = (
-            DeltaTable.createIfNotExists(self.spark)
-            .location(self.path(table))
-            .addColumns(TABLES[table])
-        )
-        for key, value in {**table_properties(table), **NATIVE_ONLY}.items():
-            builder = builder.property(key, value)
-        builder.execute()
-        rows = self.spark.sql(f"SHOW TBLPROPERTIES delta.`{self.path(table)}`").collect()
+        self.at.create(self.spark, table, TABLES[table], {**table_properties(table), **NATIVE_ONLY})
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.at.sql_name(table)}").collect()
         check_portable(table, *protocol_of({row["key"]: row["value"] for row in rows}))
         self._created.add(table)
 
@@ -362,8 +365,6 @@ class NativeDeltaWriter:
         merge_retrying(lambda: self._merge(table, source, batch_id), conflicts, table, batch_id)
 
     def _merge(self, table: str, source: Any, batch_id: int) -> None:
-        from delta.tables import DeltaTable
-
         values: dict[str, Any] = {name: f"s.{name}" for name in TABLES[table].fieldNames()}
         # MERGE takes its idempotence id from session confs only; Delta applies them to every
         # later write of the session until they are unset, so they are unset at once.
@@ -371,7 +372,7 @@ class NativeDeltaWriter:
         self.spark.conf.set(TXN_VERSION_CONF, str(batch_id))
         try:
             (
-                DeltaTable.forPath(self.spark, self.path(table))
+                self.at.delta_table(self.spark, table)
                 .alias("t")
                 .merge(source.alias("s"), "t.group_id = s.group_id")
                 .whenMatchedDelete("s.deleted")
@@ -405,19 +406,25 @@ def has_native_delta(spark: Any) -> bool:
     return False
 
 
-def choose_writer(spark: Any, tables_root: str, app_id: str, preference: str = "auto") -> Any:
-    """``native`` when asked or when the session has Delta, else delta-rs; logged either way."""
-    native = preference == "native" or (preference == "auto" and has_native_delta(spark))
-    writer: Any = (
-        NativeDeltaWriter(spark, tables_root, app_id)
-        if native
-        else DeltaRsWriter(tables_root, app_id)
-    )
+def choose_writer(
+    spark: Any, tables: str | Path | TableNames, app_id: str, preference: str = "auto"
+) -> Any:
+    """``native`` when asked or when the session has Delta, else delta-rs; logged either way.
+    Tables by name (``TableNames``) are native only: delta-rs writes paths."""
+    writer: Any
+    if isinstance(tables, TableNames):
+        if preference == "delta-rs":
+            raise ConfigError(NAMES_NEED_NATIVE)
+        writer = NativeDeltaWriter(spark, tables, app_id)
+    elif preference == "native" or (preference == "auto" and has_native_delta(spark)):
+        writer = NativeDeltaWriter(spark, tables, app_id)
+    else:
+        writer = DeltaRsWriter(tables, app_id)
     log.info(
         "sink writer: %s (preference %s) for %s, app id %s",
         writer.kind,
         preference,
-        tables_root,
+        tables,
         app_id,
     )
     return writer
