@@ -19,8 +19,8 @@ from controlplane.cli import maintenance, sql
 from controlplane.core.config import ConfigError, parse_settings
 from controlplane.engine.options import Keying
 from controlplane.engine.queries import build_coordinator_query, register_progress_listener
-from controlplane.engine.schemas import TABLES
 from controlplane.io.locations import TableNames
+from controlplane.io.schemas import TABLES
 from controlplane.io.sinks import TXN_APP_ID_CONF, NativeDeltaWriter, UnportableTable
 from engine.test_cli_sql import write_read_side_tables
 from engine.test_sinks import decision, group
