@@ -1,7 +1,9 @@
 # The two commands a newcomer needs:   make demo   and   make test
-# Everything installs into .venv: Python packages from PyPI, the pinned JVM jars of jvm/*/pom.xml
-# from Maven Central (.venv/jars/spark for Delta and Kafka in Spark, .venv/jars/broker for a
-# local Kafka broker).
+# Everything installs into .venv: Python packages from PyPI (pinned in pyproject.toml and
+# constraints/spark.txt), the pinned JVM jars of jvm/*/pom.xml from Maven Central
+# (.venv/jars/spark for Delta and Kafka in Spark, .venv/jars/broker for a local Kafka broker).
+# The second test leg, Spark 4.0 (Databricks Runtime 17.3 LTS), has a venv of its own,
+# .venv-spark40: Python 3.12 when there is one, constraints/spark40.txt, jvm/spark40/pom.xml.
 PY      ?= python3.11
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -9,19 +11,26 @@ STAMP   := $(VENV)/.installed
 JARS    := $(VENV)/jars
 JARSTAMP := $(JARS)/.fetched
 MVN     ?= mvn
+VENV40  := .venv-spark40
+BIN40   := $(VENV40)/bin
+STAMP40 := $(VENV40)/.installed
+JARS40  := $(VENV40)/jars
+JARSTAMP40 := $(JARS40)/.fetched
+# Databricks Runtime 17.3 LTS runs Python 3.12: the leg takes the first 3.12 it finds, else $(PY).
+PY40    ?= python3.12
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PYTHONPATH := $(abspath lib):$(abspath tests)
 
-.PHONY: wheel-check help setup demo demo-kafka kafka test test-fast test-spark test-kafka lint bench replay-sample clean
+.PHONY: wheel-check help setup setup-spark40 test-spark40 demo demo-kafka kafka test test-fast test-spark test-kafka lint bench replay-sample clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/spark.txt
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,dev]'
+	$(BIN)/pip install --quiet -e '.[spark,dev]' -c constraints/spark.txt
 	@touch $(STAMP)
 
 $(JARSTAMP): jvm/spark/pom.xml jvm/broker/pom.xml
@@ -36,6 +45,27 @@ $(JARSTAMP): jvm/spark/pom.xml jvm/broker/pom.xml
 	@touch $(JARSTAMP)
 
 setup: $(STAMP) $(JARSTAMP) ## create .venv, install the pinned Python packages and fetch the pinned jars
+
+$(STAMP40): pyproject.toml constraints/spark40.txt
+	@test -x $(BIN40)/python || for py in $(PY40) $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(PY) python3; do \
+	  "$$py" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 11), (3, 12)))' 2>/dev/null \
+	    && "$$py" -m venv $(VENV40) && break; \
+	done
+	@$(BIN40)/python -c 'import sys; print("$(VENV40): Python", sys.version.split()[0])'
+	$(BIN40)/pip install --quiet --upgrade pip
+	$(BIN40)/pip install --quiet -e '.[spark,dev]' -c constraints/spark40.txt
+	@touch $(STAMP40)
+
+$(JARSTAMP40): jvm/spark40/pom.xml jvm/broker/pom.xml
+	@command -v $(MVN) >/dev/null 2>&1 || { echo "make setup-spark40: Maven (mvn) and Java 17 are needed, as for make setup" >&2; exit 2; }
+	@rm -rf $(JARS40)/spark $(JARS40)/broker
+	$(MVN) -q -B -Dstyle.color=never -f jvm/spark40/pom.xml dependency:copy-dependencies \
+	  -DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS40))/spark
+	$(MVN) -q -B -Dstyle.color=never -f jvm/broker/pom.xml dependency:copy-dependencies \
+	  -DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS40))/broker
+	@touch $(JARSTAMP40)
+
+setup-spark40: $(STAMP40) $(JARSTAMP40) ## the Spark 4.0 leg's .venv-spark40 and its jars
 
 demo: $(STAMP) $(JARSTAMP) ## set up, then run the main job on the embedded local default
 	$(BIN)/python -m controlplane demo --config conf/demo.yaml
@@ -74,6 +104,13 @@ test-spark: $(STAMP) $(JARSTAMP) ## only the Spark integration tests
 
 test-kafka: $(STAMP) $(JARSTAMP) ## only the tests against a local Kafka broker
 	$(BIN)/python -m pytest -q -m kafka
+
+# The second leg: what touches Spark, pandas or Arrow (tests/engine, tests/spark) on Spark 4.0,
+# in .venv-spark40 with its own jars. TESTS="..." narrows it.
+TESTS ?= tests/engine tests/spark
+test-spark40: $(STAMP40) $(JARSTAMP40) ## the Spark-dependent tests on Spark 4.0 (Databricks Runtime 17.3 LTS's)
+	PYSPARK_PYTHON=$(abspath $(BIN40)/python) PYSPARK_DRIVER_PYTHON=$(abspath $(BIN40)/python) \
+	  CONTROLPLANE_JARS=$(abspath $(JARS40)) $(BIN40)/python -m pytest -q $(TESTS)
 
 bench: $(STAMP) $(JARSTAMP) ## benchmarks that print figures (see docs/benchmarks.md)
 	$(BIN)/python bench/run.py

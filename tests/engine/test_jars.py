@@ -57,14 +57,39 @@ def test_no_jar_of_ours_duplicates_a_class_pyspark_ships() -> None:
     assert {jar: pyspark_jars for jar, pyspark_jars in clashes.items() if pyspark_jars} == {}
 
 
+def delta_artifact() -> str:
+    """The Delta artifact that delta-spark's own pip helper names for the installed pyspark and
+    delta-spark ("io.delta:delta-spark_4.2_2.13:4.4.0"; before Delta 4.1 no Spark version:
+    "io.delta:delta-spark_2.13:4.0.0"). A builder that is never started holds the option."""
+    from delta import configure_spark_with_delta_pip
+    from pyspark.sql import SparkSession
+
+    builder = configure_spark_with_delta_pip(SparkSession.Builder())
+    [artifact] = builder._options["spark.jars.packages"].split(",")
+    return str(artifact)
+
+
+def leg_pom(spark: str) -> Path:
+    """The pom of the test leg whose Spark this venv has (jvm/spark: 4.2, jvm/spark40: 4.0)."""
+    poms = [
+        pom
+        for pom in sorted((ROOT / "jvm").glob("*/pom.xml"))
+        if f"<spark.version>{spark}</spark.version>" in pom.read_text()
+    ]
+    assert len(poms) == 1, f"no single jvm/*/pom.xml for pyspark {spark}: {poms}"
+    return poms[0]
+
+
 def test_the_jvm_versions_are_the_python_ones() -> None:
     names = {jar.name for jar in jar_paths(SPARK_JARS)}
     spark = metadata.version("pyspark")
     delta = metadata.version("delta-spark")
-    minor = ".".join(spark.split(".")[:2])
-    assert f"delta-spark_{minor}_2.13-{delta}.jar" in names
+    _, artifact, version = delta_artifact().split(":")
+    assert version == delta
+    assert f"{artifact}-{delta}.jar" in names
     assert f"spark-sql-kafka-0-10_2.13-{spark}.jar" in names
-    pom = (ROOT / "jvm" / "spark" / "pom.xml").read_text()
+    pom = leg_pom(spark).read_text()
+    assert f"<artifactId>{artifact}</artifactId>" in pom
     assert re.search(rf"<delta.version>{re.escape(delta)}</delta.version>", pom)
 
 

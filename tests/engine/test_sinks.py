@@ -12,6 +12,8 @@ from controlplane.io.sinks import (
     DeltaRsWriter,
     UnportableTable,
     check_portable,
+    is_delta_conflict,
+    merge_retrying,
     protocol_of,
     to_arrow,
 )
@@ -252,3 +254,104 @@ def test_a_tables_features_are_read_from_its_properties(
     else:
         with pytest.raises(UnportableTable):
             check_portable("t", found, found_reader)
+
+
+# -- which failures of the native writer's MERGE are commit conflicts -------------------------
+# delta-spark's Python package turns Delta's JVM exceptions into delta.exceptions classes; where
+# it cannot (delta-spark 4.0.0 ships without that module), Spark raises a Py4JJavaError around
+# the JVM exception. A conflict is recognised either way, and nothing else is.
+
+
+class JavaClass:
+    """A JVM class as Py4J shows it: a name and a superclass."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def getName(self) -> str:
+        return self.names[0]
+
+    def getSuperclass(self) -> JavaClass | None:
+        return JavaClass(self.names[1:]) if len(self.names) > 1 else None
+
+
+class JavaThrowable:
+    """A JVM exception as Py4J shows it (what Py4JJavaError holds)."""
+
+    _target_id = "o42"
+
+    def __init__(self, *names: str) -> None:
+        self.kind = JavaClass([*names, "java.lang.RuntimeException", "java.lang.Object"])
+
+    def getClass(self) -> JavaClass:
+        return self.kind
+
+
+def py4j_error(*java_names: str) -> Exception:
+    from py4j.protocol import Py4JJavaError
+
+    return Py4JJavaError(
+        "An error occurred while calling o123.execute.\n", JavaThrowable(*java_names)
+    )
+
+
+DELTA_APPEND_CONFLICT = (
+    "io.delta.exceptions.ConcurrentAppendException",
+    "org.apache.spark.sql.delta.ConcurrentAppendException",
+    "org.apache.spark.sql.delta.DeltaConcurrentModificationException",
+    "java.util.ConcurrentModificationException",
+)
+
+
+@pytest.mark.parametrize(
+    ("java_names", "conflict"),
+    [
+        (DELTA_APPEND_CONFLICT, True),
+        (("io.delta.exceptions.ProtocolChangedException",), True),
+        (("org.apache.spark.sql.delta.MetadataChangedException",), True),
+        (("org.apache.spark.sql.AnalysisException",), False),
+        (("java.util.ConcurrentModificationException",), False),
+        (("com.example.ConcurrentAppendException",), False),  # Delta's name, not Delta's class
+    ],
+)
+def test_a_jvm_exception_is_a_conflict_by_its_delta_class(
+    java_names: tuple[str, ...], conflict: bool
+) -> None:
+    assert is_delta_conflict(py4j_error(*java_names)) is conflict
+
+
+def test_a_converted_delta_exception_is_a_conflict_by_its_python_class() -> None:
+    # What delta-spark 4.4's delta.exceptions raises: a class of that module (or a subclass).
+    converted = type("ConcurrentAppendException", (Exception,), {})
+    converted.__module__ = "delta.exceptions.captured"
+    subclass = type("Specific", (converted,), {})
+    assert is_delta_conflict(converted("Files were added"))
+    assert is_delta_conflict(subclass("Files were added"))
+    elsewhere = type("ConcurrentAppendException", (Exception,), {})
+    assert not is_delta_conflict(elsewhere("not Delta's"))
+    assert not is_delta_conflict(ValueError("ConcurrentAppendException"))
+
+
+def test_a_merge_runs_again_after_a_conflict_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("controlplane.io.sinks.MERGE_RETRY_BACKOFF_S", 0.0)
+    failures = [py4j_error(*DELTA_APPEND_CONFLICT), py4j_error(*DELTA_APPEND_CONFLICT)]
+    calls: list[int] = []
+
+    def merge() -> None:
+        calls.append(1)
+        if failures:
+            raise failures.pop()
+
+    merge_retrying(merge, is_delta_conflict, "groups", 7)
+    assert len(calls) == 3  # lost twice, then committed
+
+    def broken() -> None:
+        calls.append(1)
+        raise py4j_error("org.apache.spark.sql.AnalysisException")
+
+    from py4j.protocol import Py4JJavaError
+
+    calls.clear()
+    with pytest.raises(Py4JJavaError):
+        merge_retrying(broken, is_delta_conflict, "groups", 8)
+    assert len(calls) == 1  # not a conflict: the batch fails at once

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -47,6 +48,36 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 LOCAL_PARALLELISM = 2
+
+# pyspark before 4.2 hands applyInPandasWithState's chunk offsets to RecordBatch.slice as floats,
+# which pyarrow 26 refuses ("'float' object cannot be interpreted as an integer"): the first
+# micro-batch fails. Seen on pyspark 4.0.0 with pyarrow 26.0.1 (25.0.1 accepts floats); pyspark
+# 4.2.0 passes integers. The spark extra's ranges cannot say "pyarrow<26 with pyspark<4.2".
+STRICT_SLICE_PYARROW = 26
+INTEGER_SLICE_PYSPARK = (4, 2)
+
+
+class IncompatibleVersions(RuntimeError):
+    """The installed pyspark and pyarrow are known not to run the stateful queries."""
+
+
+def _release(version: str, parts: int) -> tuple[int, ...]:
+    return tuple(int(number) for number in re.findall(r"\d+", version)[:parts])
+
+
+def arrow_incompatibility(pyspark_version: str, pyarrow_version: str) -> str | None:
+    """Why this pyspark cannot run the stateful queries with this pyarrow, or None."""
+    if (
+        _release(pyspark_version, 2) < INTEGER_SLICE_PYSPARK
+        and _release(pyarrow_version, 1)[0] >= STRICT_SLICE_PYARROW
+    ):
+        return (
+            f"pyspark {pyspark_version} cannot run applyInPandasWithState with pyarrow "
+            f"{pyarrow_version}: pyarrow {STRICT_SLICE_PYARROW} refuses the float offsets pyspark "
+            f"before 4.2 passes; install pyarrow<{STRICT_SLICE_PYARROW} (the Spark 4.0 test leg "
+            "pins one in constraints/spark40.txt)"
+        )
+    return None
 
 
 def started_by_spark_submit() -> bool:
@@ -109,7 +140,15 @@ def build_local_session(
     extra_conf: dict[str, str] | None = None,
     require_jars: bool = False,
 ) -> Any:
-    """A local session for jobs, tests and benchmarks. Workers use this interpreter."""
+    """A local session for jobs, tests and benchmarks. Workers use this interpreter. A pyspark
+    and pyarrow known not to run the stateful queries together are refused here, in one line,
+    rather than at the first micro-batch (a Databricks runtime brings its own pair)."""
+    import pyarrow
+    import pyspark
+
+    problem = arrow_incompatibility(pyspark.__version__, pyarrow.__version__)
+    if problem:
+        raise IncompatibleVersions(problem)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

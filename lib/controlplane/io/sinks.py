@@ -132,9 +132,65 @@ def table_properties(table: str) -> dict[str, str]:
     return {"delta.appendOnly": "true"}
 
 
+# The commit conflicts after which a MERGE runs again (Delta's names, the same in the JVM, in
+# delta-spark's Python ``delta.exceptions`` and on Databricks).
+MERGE_CONFLICTS = frozenset(
+    {
+        "ConcurrentAppendException",
+        "ConcurrentDeleteReadException",
+        "ConcurrentDeleteDeleteException",
+        "ConcurrentTransactionException",
+        "MetadataChangedException",
+        "ProtocolChangedException",
+    }
+)
+DELTA_JAVA_PACKAGES = ("io.delta.exceptions.", "org.apache.spark.sql.delta.")
+
+
+def java_class_names(exc: BaseException) -> list[str]:
+    """The JVM exception behind a Python one (a ``Py4JJavaError``'s ``java_exception``, a
+    converted ``CapturedException``'s origin): its class and superclasses, most specific
+    first; empty when there is none or the JVM cannot be asked."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    names: list[str] = []
+    try:
+        kind = java.getClass() if java is not None else None
+        while kind is not None:
+            names.append(str(kind.getName()))
+            kind = kind.getSuperclass()
+    except Exception:  # a closed gateway: not a conflict we can tell
+        return names
+    return names
+
+
+def is_delta_conflict(exc: BaseException) -> bool:
+    """A Delta commit conflict that a MERGE may run again after. delta-spark's Python package
+    turns the JVM's exceptions into ``delta.exceptions`` classes, but not every version has that
+    module (delta-spark 4.0.0's wheel lacks it, and Spark 4.0 then raises a ``Py4JJavaError``),
+    so the classes are recognised by name on either side."""
+    python = any(
+        kind.__module__.startswith("delta.") and kind.__name__ in MERGE_CONFLICTS
+        for kind in type(exc).__mro__
+    )
+    return python or any(
+        name.startswith(DELTA_JAVA_PACKAGES) and name.rsplit(".", 1)[-1] in MERGE_CONFLICTS
+        for name in java_class_names(exc)
+    )
+
+
+def summary(exc: BaseException) -> str:
+    """One line for the log: the JVM exception's class (a Py4JJavaError's own first line only
+    names the call), else the exception's first line."""
+    names = java_class_names(exc)
+    if names:
+        return names[0]
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def merge_retrying(
     merge: Callable[[], None],
-    conflicts: tuple[type[BaseException], ...],
+    is_conflict: Callable[[BaseException], bool],
     table: str,
     batch_id: int,
 ) -> None:
@@ -145,14 +201,14 @@ def merge_retrying(
         try:
             merge()
             return
-        except conflicts as exc:
-            if attempt == MERGE_ATTEMPTS:
+        except Exception as exc:
+            if not is_conflict(exc) or attempt == MERGE_ATTEMPTS:
                 raise
             log.warning(
                 "%s: MERGE of batch %d lost a commit race (%s); attempt %d of %d",
                 table,
                 batch_id,
-                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                summary(exc),
                 attempt + 1,
                 MERGE_ATTEMPTS,
             )
@@ -235,7 +291,10 @@ class DeltaRsWriter:
         from deltalake.exceptions import CommitFailedError
 
         merge_retrying(
-            lambda: self._merge(table, rows, batch_id), (CommitFailedError,), table, batch_id
+            lambda: self._merge(table, rows, batch_id),
+            lambda exc: isinstance(exc, CommitFailedError),
+            table,
+            batch_id,
         )
 
     def _open(self, table: str) -> Any:
@@ -320,7 +379,9 @@ class NativeDeltaWriter:
         if table in MERGED_TABLES:
             self._merge_retrying(table, latest_per_group(rows), batch_id)
             return True
-        frame = self.spark.createDataFrame(to_arrow(table, rows).to_pandas(), schema=TABLES[table])
+        # From Arrow, not pandas: pandas turns an integer column with a null into floats, which
+        # Spark 4.0 refuses for an integer field.
+        frame = self.spark.createDataFrame(to_arrow(table, rows), schema=TABLES[table])
         self.at.save(
             frame.write.format("delta")
             .mode("append")
@@ -341,28 +402,13 @@ class NativeDeltaWriter:
         self._created.add(table)
 
     def _merge_retrying(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
-        from delta.exceptions import (
-            ConcurrentAppendException,
-            ConcurrentDeleteDeleteException,
-            ConcurrentDeleteReadException,
-            ConcurrentTransactionException,
-            MetadataChangedException,
-            ProtocolChangedException,
-        )
-
-        conflicts = (
-            ConcurrentAppendException,
-            ConcurrentDeleteReadException,
-            ConcurrentDeleteDeleteException,
-            ConcurrentTransactionException,
-            MetadataChangedException,
-            ProtocolChangedException,
-        )
         source = self.spark.createDataFrame(
-            with_deleted(table, rows).to_pandas(),
+            with_deleted(table, rows),
             schema=StructType([*TABLES[table].fields, StructField("deleted", BooleanType(), True)]),
         )
-        merge_retrying(lambda: self._merge(table, source, batch_id), conflicts, table, batch_id)
+        merge_retrying(
+            lambda: self._merge(table, source, batch_id), is_delta_conflict, table, batch_id
+        )
 
     def _merge(self, table: str, source: Any, batch_id: int) -> None:
         values: dict[str, Any] = {name: f"s.{name}" for name in TABLES[table].fieldNames()}

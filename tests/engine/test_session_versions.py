@@ -1,0 +1,54 @@
+"""pyspark before 4.2 and pyarrow 26 cannot run applyInPandasWithState together (pyarrow 26
+refuses the float offsets those pysparks pass to RecordBatch.slice: seen on the Spark 4.0 leg).
+The package metadata cannot forbid the pair, so a local session refuses it in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.engine.session import (
+    IncompatibleVersions,
+    arrow_incompatibility,
+    build_local_session,
+)
+
+
+@pytest.mark.parametrize(
+    ("pyspark_version", "pyarrow_version", "refused"),
+    [
+        ("4.0.0", "19.0.1", False),  # the Spark 4.0 leg
+        ("4.0.0", "25.0.1", False),  # 25 still takes floats
+        ("4.0.0", "26.0.1", True),
+        ("4.1.4", "26.0.0", True),
+        ("4.0.0.dev1", "26.0.1", True),
+        ("4.2.0", "26.0.1", False),  # the main leg
+        ("4.2.1", "27.0.0", False),
+    ],
+)
+def test_pyspark_before_4_2_is_refused_with_pyarrow_26_and_later(
+    pyspark_version: str, pyarrow_version: str, refused: bool
+) -> None:
+    problem = arrow_incompatibility(pyspark_version, pyarrow_version)
+    assert (problem is not None) is refused
+    if problem:
+        assert f"pyspark {pyspark_version}" in problem
+        assert "pyarrow<26" in problem
+
+
+def test_a_local_session_refuses_the_pair_before_starting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pyarrow
+    import pyspark
+
+    monkeypatch.setattr(pyspark, "__version__", "4.0.0")
+    monkeypatch.setattr(pyarrow, "__version__", "26.0.1")
+    with pytest.raises(IncompatibleVersions, match=r"install pyarrow<26"):
+        build_local_session("refused")
+
+
+def test_the_installed_pair_is_accepted() -> None:
+    import pyarrow
+    import pyspark
+
+    assert arrow_incompatibility(pyspark.__version__, pyarrow.__version__) is None
