@@ -17,6 +17,12 @@ Figures per run:
   to compare the two writers (``--writers``);
 * the core's events/s on the same events (CoordinatorRunner in-process, one call per key per
   file, state encoded between calls) and the ratio engine / core.
+
+``--idle N`` measures idle batches instead: N groups join and sync with a 25-minute session
+(so no timer falls due), then the query runs on with no input for ``--seconds``; printed:
+each idle batch's duration (Spark's ``triggerExecution``, p50/p90/max) and its parts, the
+state rows and the state store's size (RocksDB's SST files, bytes per group).
+bench/engine_path_bench.py gives the Python side without Spark.
 """
 
 from __future__ import annotations
@@ -88,6 +94,117 @@ def workload(groups: int, seconds: int) -> list[list[dict[str, Any]]]:
                 }
             )
     return slots
+
+
+IDLE_SESSION_MS = 1_500_000
+
+
+def idle_workload(groups: int) -> list[list[dict[str, Any]]]:
+    """A join in the first slot and a sync in the second for every group: all Stable, every
+    timer 25 minutes away."""
+    joins, syncs = [], []
+    for g in range(groups):
+        group, client = f"g{g:05d}", f"c{g:05d}"
+        member = member_id(group, f"{group}-join", client)
+        joins.append(
+            {
+                "event_id": f"{group}-join",
+                "type": "join",
+                "group_id": group,
+                "member_id": "",
+                "client_id": client,
+                "session_timeout_ms": IDLE_SESSION_MS,
+                "rebalance_timeout_ms": IDLE_SESSION_MS,
+                "protocol_type": "consumer",
+                "protocols": PROTOCOLS,
+                "request_version": 3,
+            }
+        )
+        syncs.append(
+            {
+                "event_id": f"{group}-sync",
+                "type": "sync",
+                "group_id": group,
+                "member_id": member,
+                "generation_id": 1,
+                "assignments": [{"member_id": member, "assignment": ""}],
+            }
+        )
+    return [joins, syncs]
+
+
+def run_idle(
+    spark: Any, groups: int, shards: int, seconds: int, out: Path, writer: str
+) -> dict[str, Any]:
+    """Idle batches with ``groups`` Stable groups in state: their durations and parts."""
+    from controlplane.core.config import parse_settings
+    from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
+    from controlplane.engine.queries import build_coordinator_query, register_progress_listener
+
+    shutil.rmtree(out, ignore_errors=True)
+    landing = out / "landing"
+    landing.mkdir(parents=True)
+    options = EngineOptions(
+        trigger_interval_ms=1000,
+        keying=Keying.SHARD,
+        shards=shards,
+        checkpoint_root=str(out / "checkpoints"),
+        tables_root=str(out / "tables"),
+        writer=writer,
+        coordinator_source=SourceOptions(
+            format="jsonl",
+            path=str(landing),
+            max_files_per_trigger=1000,
+            clean_source=CleanSource.DELETE,
+        ),
+    )
+    settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
+    listener = register_progress_listener(spark, options)
+    query = build_coordinator_query(spark, settings, options=options).start()
+    tables = out / "tables"
+    try:
+        for number, events in enumerate(idle_workload(groups)):
+            now_ms = int(time.time() * 1000)
+            _drop(landing, [{**e, "event_time_ms": now_ms} for e in events], f"s{number}")
+            time.sleep(1.0)
+        _wait(lambda: len(read(tables / "decisions")) >= 2 * groups, 1800)
+        time.sleep(3.0)  # the batch that wrote the last answers is done
+        started = time.time()
+        time.sleep(seconds)
+        progress = [
+            p
+            for p in query.recentProgress
+            if not p["numInputRows"] and _iso_ms(p["timestamp"]) >= started * 1000
+        ]
+    finally:
+        query.stop()
+        spark.streams.removeListener(listener)
+    total = [p["durationMs"].get("triggerExecution", 0) for p in progress]
+    parts: dict[str, list[float]] = defaultdict(list)
+    for p in progress:
+        for name, value in p["durationMs"].items():
+            parts[name].append(value)
+    operator = progress[-1]["stateOperators"][0] if progress else {}
+    metrics = operator.get("customMetrics") or {}
+    return {
+        "batches": len(progress),
+        "p50_ms": percentile(total, 0.5),
+        "p90_ms": percentile(total, 0.9),
+        "max_ms": max(total, default=float("nan")),
+        "parts_p50_ms": {name: percentile(values, 0.5) for name, values in parts.items()},
+        "state_rows": operator.get("numRowsTotal"),
+        "state_memory_bytes": operator.get("memoryUsedBytes"),
+        "state_store_bytes": metrics.get("rocksdbSstFileSize", 0),
+        "timers_fired": sum(
+            r["timers_fired"] for r in read(tables / "query_progress") if not r["input_rows"]
+        ),
+    }
+
+
+def _iso_ms(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000
 
 
 def core_rate(slots: list[list[dict[str, Any]]], keying: str, shards: int) -> float:
@@ -272,6 +389,7 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--out", default="out/bench/engine")
+    parser.add_argument("--idle", type=int, default=0, help="idle batches with N groups")
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]
@@ -281,6 +399,25 @@ def main() -> int:
     spark = build_local_session(
         "engine-bench", shuffle_partitions=4, require_jars="native" in args.writers
     )
+    if args.idle:
+        for writer in args.writers.split(","):
+            out = Path(args.out) / f"idle-{args.idle}-{writer}"
+            figures = run_idle(spark, args.idle, args.shards, args.seconds, out, writer)
+            per_group = (figures["state_store_bytes"] or 0) / args.idle
+            print(f"idle batches, {args.idle} groups in state, writer {writer}:")
+            print(
+                f"  {figures['batches']} batches: p50 {figures['p50_ms']:.0f} ms, "
+                f"p90 {figures['p90_ms']:.0f} ms, max {figures['max_ms']:.0f} ms; "
+                f"timers fired {figures['timers_fired']}"
+            )
+            print(f"  parts p50 (ms): {json.dumps(figures['parts_p50_ms'])}")
+            print(
+                f"  state rows {figures['state_rows']}, memory {figures['state_memory_bytes']} "
+                f"bytes, RocksDB SST files {figures['state_store_bytes']} bytes "
+                f"({per_group:.0f} / group)"
+            )
+        spark.stop()
+        return 0
     print(HEADER)
     for groups in [int(g) for g in args.groups.split(",")]:
         slots = workload(groups, args.seconds)

@@ -3,6 +3,7 @@ state envelope, and batch independence (any cut into batches gives the rows of o
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from controlplane.core.coordinator.runner import (
     GROUP_EVENTS,
     GROUPS,
     IDEMPOTENCE_WINDOW,
+    STATE_VERSION,
     CoordinatorRunner,
     CoordinatorShard,
 )
@@ -78,6 +80,22 @@ def heartbeat(eid: str, group: str, t: int, member: str, generation: int) -> Tim
             "generation_id": generation,
         }
     )
+
+
+def leave(eid: str, group: str, t: int, member: str) -> TimedEvent:
+    return event(
+        {
+            "event_id": eid,
+            "event_time_ms": t,
+            "type": "leave",
+            "group_id": group,
+            "member_id": member,
+        }
+    )
+
+
+def delete_group(eid: str, group: str, t: int) -> TimedEvent:
+    return event({"event_id": eid, "event_time_ms": t, "type": "delete_group", "group_id": group})
 
 
 def describe(eid: str, group: str, t: int) -> TimedEvent:
@@ -262,6 +280,24 @@ def test_failover_resets_sessions_before_timers_fire() -> None:
     assert [r["error"] for r in again.outputs[DECISIONS]] == ["NONE", "UNKNOWN_MEMBER_ID"]
 
 
+def test_a_tick_of_every_group_is_the_batch_s_first_touch_of_each() -> None:
+    """A tick without a group id reaches every group: for a group whose timer is not due yet
+    that is still the batch's first touch, so an event later in the batch that finds its timer
+    overdue beyond the gap is handled after the timer fires, not after a failover."""
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    stable_member(shard, "h", 0, eid="j2")
+    runner = CoordinatorRunner(CONFIG, failover_gap_ms=1_000)
+    late = SESSION_MS + 5_000
+    result = runner.run(
+        shard.encode(), [tick("t", SESSION_MS // 2), heartbeat("hb", "g", late, member, 1)], None
+    )
+    assert [r["error"] for r in result.outputs[DECISIONS]] == ["UNKNOWN_MEMBER_ID"]
+    assert not any(r["reason"] == "coordinator_failover" for r in result.outputs[GROUP_EVENTS])
+    untouched = runner.run(shard.encode(), [heartbeat("hb", "g", late, member, 1)], None)
+    assert [r["error"] for r in untouched.outputs[DECISIONS]] == ["NONE"]
+
+
 def test_without_failover_the_same_gap_expires_the_member() -> None:
     shard = CoordinatorShard(CONFIG)
     member = stable_member(shard, "g", 0)
@@ -351,19 +387,27 @@ def test_envelope_round_trip_and_untouched_groups_copied() -> None:
     stable_member(shard, "b", 0)
     state = shard.encode()
     assert state is not None
-    assert state[0] == 1
+    assert state[0] == STATE_VERSION == 2
     again = CoordinatorShard.decode(state, CONFIG)
-    assert again.encode() == state
-    assert again.group_ids == ["a", "b"]
+    copied = again.encode()
+    assert copied is not None
+    assert bodies_of(copied) == bodies_of(state)  # the bodies as they were, byte for byte
+    assert again.group_ids == CoordinatorShard.decode(copied, CONFIG).group_ids == ["a", "b"]
     assert again.group("a") == shard.group("a")
     assert again.clock_ms == shard.clock_ms
     assert again.next_deadline_ms() == shard.next_deadline_ms() == SESSION_MS
 
 
+def bodies_of(state: bytes) -> bytes:
+    """The groups' bodies in a version 2 state: what follows the record (runner.py's layout)."""
+    return state[5 + int.from_bytes(state[1:5], "little") :]
+
+
 def test_a_group_near_the_end_of_time_encodes_and_keeps_its_timers() -> None:
     """The wire allows any long event time: a member that joins just before the end of the
-    long range has a session deadline past it. The envelope stores the hint as the range's end,
-    the group keeps its exact timers, and the state round-trips."""
+    long range has a session deadline past it. The state keeps it exactly (the engine clamps
+    the Spark timeout, not the core), the group keeps its exact timers, and the state
+    round-trips."""
     end = 2**63 - 1
     shard = CoordinatorShard(CONFIG)
     member = stable_member(shard, "g", end - 1_000)
@@ -371,9 +415,8 @@ def test_a_group_near_the_end_of_time_encodes_and_keeps_its_timers() -> None:
     assert state is not None
     again = CoordinatorShard.decode(state, CONFIG)
     assert again.group("g") == shard.group("g")
-    assert again.encode() == state
-    assert shard.next_deadline_ms() == end - 1_000 + SESSION_MS
-    assert again.next_deadline_ms() == end  # the hint, clamped
+    assert CoordinatorShard.decode(again.encode(), CONFIG).group("g") == shard.group("g")
+    assert shard.next_deadline_ms() == again.next_deadline_ms() == end - 1_000 + SESSION_MS
     rows = feed_all(again, [heartbeat("hb", "g", end, member, 1), tick("t", end)])
     assert [r["error"] for r in answers(rows, "hb")] == ["NONE"]
     assert rows[GROUP_EVENTS] == []  # nothing fires: the deadline is past the end of time
@@ -403,13 +446,66 @@ def test_every_truncation_or_extension_of_a_state_is_refused() -> None:
 def test_a_damaged_window_is_a_clear_error_when_the_group_is_used() -> None:
     shard = CoordinatorShard(CONFIG)
     member = stable_member(shard, "g", 0)
+    stable_member(shard, "h", 0, eid="j2")
     state = shard.encode()
     assert state is not None
-    body = 13 + 24 + len(b"g")  # shard header, group header, group id (runner.py's layout)
-    damaged = state[:body] + (65).to_bytes(2, "little") + state[body + 2 :]
+    record = int.from_bytes(state[1:5], "little")  # runner.py's layout: then the bodies
+    first = 5 + record
+    assert marshal.loads(state[5:first])[1] == ["g", "h"]
+    damaged = state[:first] + (65).to_bytes(2, "little") + state[first + 2 :]  # 65 digests
     loaded = CoordinatorShard.decode(damaged, CONFIG)  # untouched groups are not read
+    assert loaded.feed(tick("t", 1))[GROUP_EVENTS] == []  # nothing due: "g" is not read
     with pytest.raises(ValueError, match="idempotence window is unreadable"):
         loaded.feed(heartbeat("hb", "g", 5, member, 1))
+
+
+# A version 1 state (a struct header per group), written by the build before version 2: groups
+# "a" (joined and synced at 1000, one heartbeat "hb-a" at 3000) and "b" (joined and synced at
+# 2000 as "j2"), built as in ``test_a_version_1_state_is_read_and_written_as_version_2``.
+V1_STATE = bytes.fromhex(
+    "01b80b0000000000000200000001000000b80b000000000000c832000000000000ed0000006103008e7f5aab"
+    "ac0782aa93b843161ac135eda9b953a454f15b7801db11000000da0161e903000000e902000000e901000000"
+    "da08636f6e73756d6572da0572616e6765fa26632d64383864343936352d363362662d353236362d38353537"
+    "2d3062373739613033653134375b010000005b0d00000072070000004eda0163da00e910270000720a000000"
+    "72050000005b010000005b0200000072060000007209000000fa044141453d4e4e464e5b000000005b000000"
+    "00465b010000005b0600000072040000007207000000e9c8320000e9060000004e4ee9070000005b00000000"
+    "e9e80300004e5b0000000001000000d007000000000000e02e000000000000e5000000620200e1169ad41f4f"
+    "5904241ba17abbb6278601db11000000da0162e903000000e902000000e901000000da08636f6e73756d6572"
+    "da0572616e6765fa26632d36336565633563632d343832302d356135342d383336382d3339643033623335"
+    "376637635b010000005b0d00000072070000004eda0163da00e910270000720a00000072050000005b010000"
+    "005b0200000072060000007209000000fa044141453d4e4e464e5b000000005b00000000465b010000005b06"
+    "00000072040000007207000000e9e02e0000e9050000004e4ee9060000005b00000000e9d00700004e5b0000"
+    "0000"
+)
+
+
+def test_a_version_1_state_is_read_and_written_as_version_2() -> None:
+    """A checkpoint written before the version 2 layout goes on: same groups, clocks, timers
+    and idempotence windows; the next state is version 2."""
+    fresh = CoordinatorShard(CONFIG)
+    a = stable_member(fresh, "a", 1_000)
+    stable_member(fresh, "b", 2_000, eid="j2")
+    feed_all(fresh, [heartbeat("hb-a", "a", 3_000, a, 1)])
+    old = CoordinatorShard.decode(V1_STATE, CONFIG)
+    assert old.group_ids == ["a", "b"]
+    assert old.group("a") == fresh.group("a")
+    assert old.group("b") == fresh.group("b")
+    assert old.clock_ms == fresh.clock_ms == 3_000
+    assert old.next_deadline_ms() == fresh.next_deadline_ms() == 12_000
+    later = [heartbeat("hb-a", "a", 4_000, a, 1), heartbeat("hb-a2", "a", 4_000, a, 1)]
+    assert feed_all(old, later) == feed_all(fresh, later)
+    assert [r["kind"] for r in feed_all(old, later[:1])[GROUP_EVENTS]] == ["duplicate_request"]
+    state = old.encode()
+    assert state is not None
+    assert state[0] == 2
+    again, fresh_again = (CoordinatorShard.decode(s, CONFIG) for s in (state, fresh.encode()))
+    assert again.group_ids == fresh_again.group_ids == ["a", "b"]
+    assert [again.group(g) for g in "ab"] == [fresh_again.group(g) for g in "ab"]
+    assert again.clock_ms == fresh_again.clock_ms == 4_000
+    with pytest.raises(ValueError, match="coordinator state: trunc"):
+        CoordinatorShard.decode(V1_STATE[:-1], CONFIG)
+    with pytest.raises(ValueError, match="trailing bytes"):
+        CoordinatorShard.decode(V1_STATE + b"\x00", CONFIG)
 
 
 def test_groups_rows_of_touched_groups_with_deleted_flag() -> None:
@@ -453,20 +549,27 @@ GROUP_IDS = ("g1", "g2", "g3")
 
 
 @st.composite
-def streams(draw: st.DrawFn) -> list[TimedEvent]:
-    """A realistic stream, built against a reference shard so requests use live member ids."""
+def streams(
+    draw: st.DrawFn, group_ids: Sequence[str] = GROUP_IDS, churn: bool = False
+) -> list[TimedEvent]:
+    """A realistic stream, built against a reference shard so requests use live member ids.
+    ``churn`` adds leaves and group deletions (groups that cease, and come back)."""
     reference = CoordinatorShard(CONFIG)
     events: list[TimedEvent] = []
     time_ms = 0
     for index in range(draw(st.integers(1, 60))):
         time_ms += draw(st.sampled_from([0, 1, 500, 2_000, 4_000, 20_000]))
-        group_id = draw(st.sampled_from(GROUP_IDS))
+        group_id = draw(st.sampled_from(group_ids))
         group = reference.group(group_id)
         known = [] if group is None else [m.member_id for m in group.members]
         generation = 0 if group is None else group.generation_id
-        choice = draw(st.integers(0, 9))
+        choice = draw(st.integers(0, 11 if churn else 9))
         eid = f"e{index}"
-        if choice == 9 and events:  # a duplicate of an earlier event, sent again later
+        if choice == 10 and known:
+            item = leave(eid, group_id, time_ms, draw(st.sampled_from(known)))
+        elif choice >= 10:
+            item = delete_group(eid, group_id, time_ms)
+        elif choice == 9 and events:  # a duplicate of an earlier event, sent again later
             item = draw(st.sampled_from(events))
         elif choice == 8:
             item = draw(st.sampled_from([tick(eid, time_ms), tick(eid, time_ms, group_id)]))
@@ -528,3 +631,33 @@ def test_tick_ms_at_each_batch_end_equals_a_global_tick_there(
         for table in got:
             got[table].extend(result.outputs[table])
     assert got == rows_of_one_run(reference)
+
+
+@given(
+    data=st.data(),
+    events=streams(group_ids=tuple(f"g{n}" for n in range(8)), churn=True),
+)
+def test_a_state_carried_across_batches_holds_the_groups_of_one_run(
+    data: st.DataObject, events: list[TimedEvent]
+) -> None:
+    """The state between batches keeps the groups a batch did not touch as they were, and
+    those it changed, created, deleted or deleted and created again as they are: decoded after
+    the last batch it holds the groups, in the same order, of one shard fed everything."""
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(events)), min_size=1, max_size=8)))
+    runner = CoordinatorRunner(CONFIG)
+    reference = CoordinatorShard(CONFIG)
+    state: bytes | None = None
+    for start, end in zip([0, *cuts[:-1]], cuts, strict=True):
+        batch = events[start:end]
+        tick_ms = max((e.time_ms for e in events[:end] if e.time_ms is not None), default=0)
+        state = runner.run(state, batch, tick_ms=tick_ms).state
+        for item in batch:
+            reference.feed(item)
+        reference.tick(tick_ms)
+    carried = CoordinatorShard.decode(state, CONFIG)
+    assert carried.group_ids == reference.group_ids
+    assert [carried.group(g) for g in carried.group_ids] == [
+        reference.group(g) for g in reference.group_ids
+    ]
+    assert carried.next_deadline_ms() == reference.next_deadline_ms()
+    assert CoordinatorShard.decode(carried.encode(), CONFIG).group_ids == reference.group_ids

@@ -7,9 +7,10 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from controlplane.core.coordinator import wire
 from controlplane.core.coordinator.requests import (
     Assignment,
     DeleteGroup,
@@ -22,12 +23,14 @@ from controlplane.core.coordinator.requests import (
     OffsetEntry,
     OffsetFetch,
     Protocol,
+    RequestType,
     SyncGroup,
     Tick,
     TopicPartitions,
 )
 from controlplane.core.coordinator.wire import KNOWN_FIELDS, InvalidEvent, parse_event
 from controlplane.core.errors import Errors
+from controlplane.core.jsonwire import WireError
 from controlplane.core.runtime import TimedEvent
 
 LINE = "events.jsonl:7"
@@ -446,3 +449,40 @@ def test_any_json_values_give_a_request_or_an_invalid_row(
         assert result.decision(decided_at_ms=0).to_row()["error_code"] == 42
     else:
         assert result.header.event_id == raw["event_id"]
+
+
+_HEADER_VALUES = st.sampled_from([None, True, "", "x", -1, 0, 3, 10, 2**31, 2**63, 1.0])
+_HEADER_NAMES = (
+    "event_id",
+    "event_time_ms",
+    "group_id",
+    "member_id",
+    "group_instance_id",
+    "request_version",
+    "reason",
+    "timeout_ms",
+    "arrival_time_ms",
+)
+
+
+@settings(max_examples=400)
+@given(
+    kind=st.sampled_from(list(RequestType)),
+    changes=st.dictionaries(st.sampled_from(_HEADER_NAMES), _HEADER_VALUES, max_size=3),
+)
+@example(kind=RequestType.JOIN, changes={"group_instance_id": ""})
+@example(kind=RequestType.JOIN, changes={"request_version": 10})
+@example(kind=RequestType.HEARTBEAT, changes={"request_version": True})
+@example(kind=RequestType.SYNC, changes={"group_instance_id": "i1", "request_version": 5})
+def test_the_quick_header_is_the_checked_header(kind: RequestType, changes: dict[str, Any]) -> None:
+    """The common shape of a header is built without the per-field checks: it must be exactly
+    what the checks give, or fall back to them."""
+    fields = {"event_id": "e", "event_time_ms": 5, "group_id": "g", "member_id": "m", **changes}
+
+    def outcome(read: Any) -> Any:
+        try:
+            return read(fields, kind)
+        except WireError as error:
+            return ("WireError", str(error))
+
+    assert outcome(wire._header) == outcome(wire._checked_header)

@@ -189,6 +189,7 @@ def test_lines_become_timed_events() -> None:
         (b'{"group_id": "g\\ud800"}\n', "not valid JSON: a \\u escape stands for a lone"),
         (b'{"event_id": "\\udc00x"}\n', "not valid JSON: a \\u escape stands for a lone"),
         (b'{"a": "\xff"}\n', "not UTF-8 text"),
+        (b'\xef\xbb\xbf{"a": 1}\n', "not valid JSON: Unexpected UTF-8 BOM"),
     ],
 )
 def test_unparsable_lines_keep_the_reason_and_the_text(raw: bytes, error: str) -> None:

@@ -41,7 +41,9 @@ def decode_event_text(text: str) -> Any:
     decode to a string no UTF-8 writer can store. Both are refused here with ``ValueError``,
     as malformed JSON is, so every reader (replay, engine, quota keying) agrees on what is JSON.
     """
-    value = json.loads(text, parse_constant=_refuse_constant)
+    if text.startswith("\ufeff"):  # as json.loads says it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    value = _DECODER.decode(text)
     if "\\u" in text:
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -52,6 +54,10 @@ def decode_event_text(text: str) -> Any:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+# Built once: ``json.loads`` with an argument builds a decoder per call.
+_DECODER: Final = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
 # --- one JSON value each -------------------------------------------------------------

@@ -318,7 +318,12 @@ def build_query(
         keyed = raw.mapInPandas(keyer, KEYED_INPUT)
     else:
         key = spark_key_column(F.get_json_object("raw", key_path), options.keying, options.shards)
-        stamp = _event_time_column()
+        # Only event-time mode reads the line's time in Spark (the watermark); processing time
+        # leaves the line to the one parse the function does.
+        if options.mode is TimeMode.EVENT_TIME:
+            stamp = _event_time_column()
+        else:
+            stamp = F.lit(None).cast("long")
         keyed = raw.select(
             key.alias("key"),
             "raw",

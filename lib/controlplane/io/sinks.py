@@ -52,14 +52,18 @@ Row = Mapping[str, Any]
 class BatchWriter(Protocol):
     kind: str
 
-    def write(self, table: str, rows: Sequence[Row], batch_id: int) -> bool:
-        """Append (or MERGE, for ``groups``) one batch's rows; False when already written."""
+    def write(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> bool:
+        """Append (or MERGE, for ``groups``) one batch's rows (dicts, or an Arrow table with
+        the table's columns); False when already written or when there is no row."""
         ...
 
 
-def to_arrow(table: str, rows: Sequence[Row]) -> pa.Table:
-    """Rows (JSON-like dicts) as an Arrow table with the table's schema; unknown keys dropped."""
+def to_arrow(table: str, rows: Sequence[Row] | pa.Table) -> pa.Table:
+    """Rows (JSON-like dicts, or an Arrow table: the sink's) as an Arrow table with the table's
+    schema; unknown keys (columns) dropped."""
     schema = arrow_schema(TABLES[table])
+    if isinstance(rows, pa.Table):
+        return rows.select(schema.names).cast(schema)
     return pa.Table.from_pylist([dict(row) for row in rows], schema=schema)
 
 
@@ -215,18 +219,31 @@ def merge_retrying(
             time.sleep(MERGE_RETRY_BACKOFF_S * attempt)
 
 
-def with_deleted(table: str, rows: Sequence[Row]) -> pa.Table:
+def with_deleted(table: str, rows: Sequence[Row] | pa.Table) -> pa.Table:
     """A MERGE's source: the rows plus the ``deleted`` flag that says to delete the group."""
-    flags = pa.array([bool(row.get("deleted")) for row in rows], pa.bool_())
+    if isinstance(rows, pa.Table):
+        if "deleted" in rows.column_names:
+            import pyarrow.compute as pc
+
+            flags = pc.fill_null(rows.column("deleted"), False)
+        else:
+            flags = pa.array([False] * rows.num_rows, pa.bool_())
+    else:
+        flags = pa.array([bool(row.get("deleted")) for row in rows], pa.bool_())
     return to_arrow(table, rows).append_column("deleted", flags)
 
 
-def latest_per_group(rows: Sequence[Row]) -> list[Row]:
-    """The last row of each group in batch order (a key may be called twice in a batch)."""
-    last: dict[str, Row] = {}
+def latest_per_group(rows: Sequence[Row] | pa.Table) -> Any:
+    """The last row of each group in batch order (a key may be called twice in a batch), at
+    the place of the group's first row; rows as given (dicts, or an Arrow table)."""
+    if isinstance(rows, pa.Table):
+        ids = rows.column("group_id").to_pylist()
+        last = {str(group_id): at for at, group_id in enumerate(ids)}
+        return rows if len(last) == len(ids) else rows.take(list(last.values()))
+    by_group: dict[str, Row] = {}
     for row in rows:
-        last[str(row["group_id"])] = row
-    return list(last.values())
+        by_group[str(row["group_id"])] = row
+    return list(by_group.values())
 
 
 class DeltaRsWriter:
@@ -255,8 +272,8 @@ class DeltaRsWriter:
         version: int | None = delta.transaction_version(self.app_id)
         return version
 
-    def write(self, table: str, rows: Sequence[Row], batch_id: int) -> bool:
-        if not rows:
+    def write(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> bool:
+        if not len(rows):
             return False
         done = self.committed_version(table)
         if done is not None and batch_id <= done:
@@ -275,7 +292,7 @@ class DeltaRsWriter:
 
         return CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
 
-    def _append(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
+    def _append(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> None:
         from deltalake import write_deltalake
 
         self.root.mkdir(parents=True, exist_ok=True)
@@ -287,7 +304,7 @@ class DeltaRsWriter:
             commit_properties=self._commit(batch_id),
         )
 
-    def _merge_retrying(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
+    def _merge_retrying(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> None:
         from deltalake.exceptions import CommitFailedError
 
         merge_retrying(
@@ -303,7 +320,7 @@ class DeltaRsWriter:
 
         return DeltaTable(self.path(table))
 
-    def _merge(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
+    def _merge(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> None:
         from deltalake import DeltaTable, write_deltalake
 
         source = with_deleted(table, rows)
@@ -372,8 +389,8 @@ class NativeDeltaWriter:
             raise TypeError(f"{table} is a table by name ({self.at.name(table)}), not a path")
         return self.at.path(table)
 
-    def write(self, table: str, rows: Sequence[Row], batch_id: int) -> bool:
-        if not rows:
+    def write(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> bool:
+        if not len(rows):
             return False
         self.create(table)
         if table in MERGED_TABLES:
@@ -401,7 +418,7 @@ class NativeDeltaWriter:
         check_portable(table, *protocol_of({row["key"]: row["value"] for row in rows}))
         self._created.add(table)
 
-    def _merge_retrying(self, table: str, rows: Sequence[Row], batch_id: int) -> None:
+    def _merge_retrying(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> None:
         source = self.spark.createDataFrame(
             with_deleted(table, rows),
             schema=StructType([*TABLES[table].fields, StructField("deleted", BooleanType(), True)]),

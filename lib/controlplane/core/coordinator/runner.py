@@ -24,18 +24,25 @@ machine (``machine``) under the clock rules of docs/reference/events.md §6:
   clock among the shard's groups (0 in an empty shard), so the answer does not depend on how
   the input was cut into batches.
 
-The state bytes are an envelope: a version byte, the shard's latest time, then per group its
-id, clock, next deadline, idempotence window (an 8-byte digest per event id, so the state does
-not grow with the length of ids) and the machine's encoding of the group. Groups a batch does
-not touch are copied through without being decoded.
+The state bytes (version 2) are a version byte and the size of the rest, then one
+``marshal`` record (stdlib, format 4, as the group codec uses) of the shard's latest time and
+four parallel lists: the group ids, their clocks, their next deadlines and their bodies (the
+idempotence window, an 8-byte digest per event id so the state does not grow with the length
+of ids, then the machine's encoding of the group). A call decodes and re-encodes a shard with a
+few C-level passes over these lists; only the groups its events and due timers reach are
+decoded as groups, and only those that changed are encoded again, so the Python work of a call
+follows the groups it touches, not the shard's size. A version 1 state (one struct header per
+group) is still read, and written back as version 2.
 """
 
 from __future__ import annotations
 
 import hashlib
+import marshal
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Final
 
 from controlplane.core.config import CoordinatorConfig
@@ -55,88 +62,87 @@ GROUPS: Final = "groups"
 OUTPUTS: Final = (DECISIONS, GROUP_EVENTS, GROUPS)
 
 IDEMPOTENCE_WINDOW: Final = 64
-STATE_VERSION: Final = 1
-# The envelope: version, shard clock, group count; per group: id size, clock, next deadline,
-# body size, then the id and the body: the window (a count, then one 8-byte digest per event id,
-# oldest first), then the machine's encoding of the group.
-_SHARD_HEADER: Final = struct.Struct("<BqI")
-_GROUP_HEADER: Final = struct.Struct("<IqqI")
-_WINDOW_SIZE: Final = struct.Struct("<H")
+STATE_VERSION: Final = 2
 _DIGEST_BYTES: Final = 8
-_NONE: Final = -(2**63)  # stands for None in the clock and deadline fields
-_MAX: Final = 2**63 - 1
+_WINDOW_BYTES: Final = IDEMPOTENCE_WINDOW * _DIGEST_BYTES
+_WINDOW_SIZE: Final = struct.Struct("<H")  # a body starts with its window's digest count
+# Version 2: the version byte and the size of the marshal record that follows.
+_HEADER: Final = struct.Struct("<BI")
+_MARSHAL_VERSION: Final = 4
+# Version 1: version, shard clock, group count; per group: id size, clock, next deadline
+# (_NONE for None), body size, then the id and the body.
+_V1_SHARD_HEADER: Final = struct.Struct("<BqI")
+_V1_GROUP_HEADER: Final = struct.Struct("<IqqI")
+_NONE: Final = -(2**63)
 
 
 @dataclass(slots=True)
-class _Entry:
-    """One group of the shard, decoded only when a batch needs it.
+class _Loaded:
+    """A group a batch reached, decoded from its body: the idempotence window (the digests
+    of its last 64 handled requests, oldest first, as one bytes) and the group."""
 
-    ``body`` is the group's encoded idempotence window and group (None once either changed;
-    ``encode`` rebuilds it). ``window`` and ``group`` are filled from it on first use."""
+    window: bytes
+    group: Group
+    span: tuple[int, int] | None = None  # where its body was in the decoded state's bodies
+    changed: bool = False  # the body must be encoded again
 
-    clock_ms: int
-    next_deadline_ms: int | None
-    body: bytes | None = None
-    _window: dict[bytes, None] | None = None  # ordered set of the last 64 id digests
-    _group: Group | None = None
-
-    @property
-    def window(self) -> dict[bytes, None]:
-        if self._window is None:
-            self._load()
-        assert self._window is not None
-        return self._window
-
-    def decoded(self) -> Group:
-        if self._group is None:
-            self._load()
-        assert self._group is not None
-        return self._group
+    def seen(self, digest: bytes) -> bool:
+        window = self.window
+        at = window.find(digest)
+        while at >= 0:
+            if at % _DIGEST_BYTES == 0:
+                return True
+            at = window.find(digest, at + 1)
+        return False
 
     def remember(self, digest: bytes) -> None:
         window = self.window
-        window[digest] = None
-        if len(window) > IDEMPOTENCE_WINDOW:
-            del window[next(iter(window))]
-        self.body = None
+        if len(window) >= _WINDOW_BYTES:
+            window = window[len(window) - _WINDOW_BYTES + _DIGEST_BYTES :]
+        self.window = window + digest
+        self.changed = True
 
-    def replace(self, group: Group) -> None:
-        if self._window is None:  # load the window before the body is dropped
-            self._load()
-        self._group = group
-        self.body = None
+    def body(self) -> bytes:
+        window = self.window
+        count = _WINDOW_SIZE.pack(len(window) // _DIGEST_BYTES)
+        return b"".join((count, window, codec.encode_group(self.group)))
 
-    def encoded_body(self) -> bytes:
-        if self.body is None:
-            window = self.window
-            group = codec.encode_group(self.decoded())
-            self.body = b"".join((_WINDOW_SIZE.pack(len(window)), *window, group))
-        return self.body
 
-    def _load(self) -> None:
-        if self.body is None:  # a new entry
-            self._window = {}
-            return
-        body = self.body
-        start = _WINDOW_SIZE.size
-        count = _WINDOW_SIZE.unpack_from(body, 0)[0] if len(body) >= start else -1
-        end = start + count * _DIGEST_BYTES
-        if count < 0 or count > IDEMPOTENCE_WINDOW or len(body) < end:
-            raise ValueError("coordinator state: a group's idempotence window is unreadable")
-        if self._window is None:
-            self._window = dict.fromkeys(body[i : i + _DIGEST_BYTES] for i in range(start, end, 8))
-        if self._group is None:
-            self._group = codec.decode_group(body[end:])
+def _load(body: bytes, span: tuple[int, int]) -> _Loaded:
+    start = _WINDOW_SIZE.size
+    count = _WINDOW_SIZE.unpack_from(body, 0)[0] if len(body) >= start else -1
+    end = start + count * _DIGEST_BYTES
+    if count < 0 or count > IDEMPOTENCE_WINDOW or len(body) < end:
+        raise ValueError("coordinator state: a group's idempotence window is unreadable")
+    return _Loaded(body[start:end], codec.decode_group(body[end:]), span)
 
 
 class CoordinatorShard:
-    """The mutable, in-memory holder of a shard's groups; ``run`` and the replay build on it."""
+    """The mutable, in-memory holder of a shard's groups; ``run`` and the replay build on it.
+
+    The groups live in slots, in the state's order: per slot the group id, its clock, its next
+    deadline and the size of its encoded body, as four lists (what the state stores). The
+    bodies of the decoded state stay one bytes; a group a batch reaches is decoded once into
+    ``_loaded``, and ``encode`` splices the bodies that changed into the old ones. A group that
+    ceases keeps its slot (``_dead``) until ``encode``; one that comes to exist takes a new
+    slot at the end. The id -> slot index is built on the first lookup, so a call that only
+    ticks the shard, with nothing due, does no per-group Python work beyond a few list passes.
+    """
 
     def __init__(self, config: CoordinatorConfig, *, failover_gap_ms: int | None = None) -> None:
         self.config = config
         self.failover_gap_ms = failover_gap_ms
         self.clock_ms: int | None = None  # the latest time the shard has seen
-        self._entries: dict[str, _Entry] = {}
+        self._ids: list[str] = []
+        self._clocks: list[int] = []
+        self._deadlines: list[int | None] = []  # None for no timer, and for a dead slot
+        self._sizes: list[int] = []
+        self._blob = b""  # the bodies of the decoded state, in its order
+        self._starts: list[int] = [0]  # where each of them starts in ``_blob``, and its end
+        self._index: dict[str, int] | None = None  # group id -> slot, built when first needed
+        self._dead: set[int] = set()
+        self._loaded: dict[int, _Loaded] = {}  # by slot
+        self._dropped: list[tuple[int, int]] = []  # spans of decoded groups that ceased
         # this batch: groups a request or timer reached (id -> existed at some point), groups
         # whose clock was checked for a failover gap, and when groups ceased to exist
         self._touched: dict[str, bool] = {}
@@ -157,9 +163,9 @@ class CoordinatorShard:
         so a batch-time tick over a large shard does not rewrite every group's row."""
         rows: list[Row] = []
         for group_id, existed in self._touched.items():
-            entry = self._entries.get(group_id)
-            if entry is not None:
-                row = dict(machine.group_row(entry.decoded(), entry.clock_ms))
+            slot = self._slot(group_id)
+            if slot is not None:
+                row = machine.group_row(self._entry(slot).group, self._clocks[slot])
                 row["deleted"] = False
                 rows.append(row)
             elif existed:
@@ -168,144 +174,239 @@ class CoordinatorShard:
 
     @property
     def group_ids(self) -> list[str]:
-        return list(self._entries)
+        return [self._ids[slot] for slot in self._live_slots()]
 
     def group(self, group_id: str) -> Group | None:
-        entry = self._entries.get(group_id)
-        return None if entry is None else entry.decoded()
+        slot = self._slot(group_id)
+        return None if slot is None else self._entry(slot).group
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = [
-            e.next_deadline_ms for e in self._entries.values() if e.next_deadline_ms is not None
-        ]
-        return min(deadlines, default=None)
+        return min([d for d in self._deadlines if d is not None], default=None)
+
+    def _live_slots(self) -> range | list[int]:
+        if not self._dead:
+            return range(len(self._ids))
+        return [slot for slot in range(len(self._ids)) if slot not in self._dead]
+
+    def _slots(self) -> dict[str, int]:
+        index = self._index
+        if index is None:
+            index = self._index = dict(zip(self._ids, range(len(self._ids)), strict=True))
+            for slot in self._dead:
+                del index[self._ids[slot]]
+        return index
+
+    def _slot(self, group_id: str) -> int | None:
+        return self._slots().get(group_id)
+
+    def _entry(self, slot: int) -> _Loaded:
+        loaded = self._loaded.get(slot)
+        if loaded is None:  # a group of the decoded state (every other one is loaded)
+            start, end = self._starts[slot], self._starts[slot + 1]
+            loaded = self._loaded[slot] = _load(self._blob[start:end], (start, end))
+        return loaded
 
     # --- events --------------------------------------------------------------------------------
 
     def feed(self, event: TimedEvent) -> Rows:
         """Handle one wire event; returns its decisions and group_events rows, in order."""
         rows: Rows = {DECISIONS: [], GROUP_EVENTS: []}
+        self.feed_into(event, rows)
+        return rows
+
+    def feed_into(self, event: TimedEvent, rows: Rows) -> None:
+        """``feed``, appending the rows to ``rows`` (a decisions and a group_events list)."""
         parsed = parse_event(event)
         if isinstance(parsed, InvalidEvent):
             self._answer_invalid(parsed, event.time_ms, rows)
-            return rows
+            return
         time_ms = parsed.header.event_time_ms if event.time_ms is None else event.time_ms
         self._see(time_ms)
         group_id = parsed.header.group_id
         if isinstance(parsed, Tick):
-            for tick_id in sorted(self._entries) if group_id is None else [group_id]:
-                self._advance(tick_id, time_ms, rows)
-            return rows
+            if group_id is None:
+                self._advance_all(time_ms, rows)
+            else:
+                slot = self._slot(group_id)
+                if slot is not None:
+                    self._advance(slot, time_ms, rows)
+            return
         assert group_id is not None  # the wire parser requires it for every request
         self._request(group_id, parsed, time_ms, rows)
-        return rows
 
     def tick(self, now_ms: int) -> Rows:
         """Advance every group to ``now_ms`` (batch time or watermark), firing due timers."""
         rows: Rows = {DECISIONS: [], GROUP_EVENTS: []}
-        self._see(now_ms)
-        for group_id in sorted(self._entries):
-            self._advance(group_id, now_ms, rows)
+        self.tick_into(now_ms, rows)
         return rows
+
+    def tick_into(self, now_ms: int, rows: Rows) -> None:
+        self._see(now_ms)
+        self._advance_all(now_ms, rows)
 
     def _see(self, time_ms: int) -> None:
         self.clock_ms = time_ms if self.clock_ms is None else max(self.clock_ms, time_ms)
 
     def _answer_invalid(self, invalid: InvalidEvent, time_ms: int | None, rows: Rows) -> None:
-        entry = None if invalid.group_id is None else self._entries.get(invalid.group_id)
+        slot = None if invalid.group_id is None else self._slot(invalid.group_id)
         if time_ms is None:
             time_ms = invalid.event_time_ms
-        candidates = (time_ms, None if entry is None else entry.clock_ms)
+        candidates = (time_ms, None if slot is None else self._clocks[slot])
         known = [t for t in candidates if t is not None and t >= 0]
         if known:
             decided_at_ms = max(known)
             self._see(decided_at_ms)
         else:  # no time of its own: the latest clock among the shard's groups, which the
             # state keeps (the shard's own clock is lost when its last group goes)
-            decided_at_ms = max((e.clock_ms for e in self._entries.values()), default=0)
+            clocks = self._clocks
+            decided_at_ms = max((clocks[slot] for slot in self._live_slots()), default=0)
         rows[DECISIONS].append(invalid.decision(decided_at_ms).to_row())
 
-    def _advance(self, group_id: str, time_ms: int, rows: Rows) -> _Entry | None:
-        """Move a known group's clock to ``time_ms`` (never back), resetting sessions after a
-        failover gap and firing due timers. Returns the entry, or None if the group is gone."""
-        entry = self._entries.get(group_id)
-        if entry is None:
-            return None
-        now_ms = max(entry.clock_ms, time_ms)
+    def _advance_all(self, time_ms: int, rows: Rows) -> None:
+        """``_advance`` for every group, in group id order. Only a group with a timer due by
+        its new clock has anything to do beyond its clock (a failover gap needs an overdue
+        timer too): those go through ``_advance``; every other group's clock moves in one
+        pass, and it counts as visited, as ``_advance`` would count it."""
+        clocks, ids = self._clocks, self._ids
+        gap = self.failover_gap_ms
+        if gap is not None and gap < 0:  # a negative gap: any timer may count as overdue
+            due = [slot for slot in self._live_slots()]
+        else:
+            due = [
+                slot
+                for slot, deadline in enumerate(self._deadlines)
+                if deadline is not None and (deadline <= time_ms or deadline <= clocks[slot])
+            ]
+        self._clocks = [c if c >= time_ms else time_ms for c in clocks]
+        visited = self._visited
+        fresh = [ids[slot] for slot in due if ids[slot] not in visited]
+        visited.update(ids)  # the dead slots' ids were visited when their group ceased
+        visited.difference_update(fresh)
+        for slot in sorted(due, key=ids.__getitem__):
+            self._advance(slot, time_ms, rows)
+
+    def _advance(self, slot: int, time_ms: int, rows: Rows) -> bool:
+        """Move a group's clock to ``time_ms`` (never back), resetting sessions after a
+        failover gap and firing due timers. Returns whether the group (still) exists."""
+        group_id = self._ids[slot]
+        clock_ms = self._clocks[slot]
+        now_ms = clock_ms if clock_ms >= time_ms else time_ms
         first_touch = group_id not in self._visited
         self._visited.add(group_id)
-        if first_touch and self._overdue(entry, now_ms):
-            self._apply(
-                group_id, entry, machine.reset_sessions(entry.decoded(), now_ms, self.config), rows
-            )
-            if group_id not in self._entries:
-                return None
-        entry.clock_ms = now_ms
-        due = entry.next_deadline_ms
+        due = self._deadlines[slot]
+        if first_touch and self._overdue(due, now_ms):
+            step = machine.reset_sessions(self._entry(slot).group, now_ms, self.config)
+            if not self._apply(slot, step, rows):
+                return False
+            due = self._deadlines[slot]
+        self._clocks[slot] = now_ms
         if due is not None and due <= now_ms:
-            self._apply(
-                group_id, entry, machine.fire_due(entry.decoded(), now_ms, self.config), rows
-            )
-        return self._entries.get(group_id)
+            step = machine.fire_due(self._entry(slot).group, now_ms, self.config)
+            return self._apply(slot, step, rows)
+        return True
 
-    def _overdue(self, entry: _Entry, now_ms: int) -> bool:
+    def _overdue(self, due: int | None, now_ms: int) -> bool:
         """The group's earliest timer should have fired more than the gap ago: the engine was
         stopped (or far behind), not the group idle, since a running engine calls a key by its
         deadline. An idle group's clock may lag by hours without its sessions being reset."""
         gap = self.failover_gap_ms
-        due = entry.next_deadline_ms
         return gap is not None and due is not None and now_ms - due > gap
 
     def _request(self, group_id: str, request: Request, time_ms: int, rows: Rows) -> None:
-        entry = self._advance(group_id, time_ms, rows)
-        header = request.header
-        digest = _digest(header.event_id)
-        if entry is not None and digest in entry.window:
-            rows[GROUP_EVENTS].append(_duplicate(request, entry.clock_ms))
-            return
-        self._touched.setdefault(group_id, False)
-        now_ms = time_ms if entry is None else entry.clock_ms
-        group = None if entry is None else entry.decoded()
-        step = machine.handle(group, request, now_ms, self.config)
-        if entry is None:
+        slot = self._slot(group_id)
+        if slot is not None and not self._advance(slot, time_ms, rows):
+            slot = None
+        digest = _digest(request.header.event_id)
+        if slot is None:
+            step = machine.handle(None, request, time_ms, self.config)
+            self._touched.setdefault(group_id, False)
             if step.group is None:  # answered without a group coming to exist
                 _emit(step, rows)
                 return
-            entry = _Entry(clock_ms=now_ms, next_deadline_ms=None)
-            self._entries[group_id] = entry
-        entry.remember(digest)
-        self._apply(group_id, entry, step, rows)
+            slot = self._create(group_id, time_ms, step.group)
+            loaded = self._loaded[slot]
+        else:
+            loaded = self._entry(slot)
+            if loaded.seen(digest):
+                rows[GROUP_EVENTS].append(_duplicate(request, self._clocks[slot]))
+                return
+            self._touched.setdefault(group_id, False)
+            step = machine.handle(loaded.group, request, self._clocks[slot], self.config)
+        loaded.remember(digest)
+        self._apply(slot, step, rows)
 
-    def _apply(self, group_id: str, entry: _Entry, step: machine.Step, rows: Rows) -> None:
+    def _create(self, group_id: str, now_ms: int, group: Group) -> int:
+        slot = len(self._ids)
+        self._slots()[group_id] = slot
+        self._ids.append(group_id)
+        self._clocks.append(now_ms)
+        self._deadlines.append(None)
+        self._sizes.append(0)  # until encoded
+        self._loaded[slot] = _Loaded(b"", group)
+        return slot
+
+    def _apply(self, slot: int, step: machine.Step, rows: Rows) -> bool:
+        """Emit the step's rows and keep its group; False when the group ceased."""
         _emit(step, rows)
+        group_id = self._ids[slot]
         self._touched[group_id] = True
-        if step.group is None:
-            del self._entries[group_id]
-            self._deleted_at_ms[group_id] = entry.clock_ms
-            return
-        entry.replace(step.group)
-        entry.next_deadline_ms = machine.next_deadline_ms(step.group)
+        group = step.group
+        if group is None:
+            self._deleted_at_ms[group_id] = self._clocks[slot]
+            del self._slots()[group_id]
+            self._dead.add(slot)
+            self._deadlines[slot] = None
+            gone = self._loaded.pop(slot)
+            if gone.span is not None:
+                self._dropped.append(gone.span)
+            return False
+        loaded = self._entry(slot)
+        if loaded.group is not group:
+            loaded.group = group
+            loaded.changed = True
+        self._deadlines[slot] = machine.next_deadline_ms(group)
+        return True
 
     # --- the envelope --------------------------------------------------------------------------
 
     def encode(self) -> bytes | None:
-        """The shard's state bytes; None when no group is left (the key can be forgotten)."""
-        if not self._entries:
+        """The shard's state bytes; None when no group is left (the key can be forgotten).
+
+        The bodies of the groups no batch changed are copied from the decoded state in runs,
+        with the changed ones put in their place, the dropped ones left out, and the new ones
+        after them (slots past the decoded ones, in slot order)."""
+        live = self._live_slots()
+        if not live:
             return None
-        clock = _NONE if self.clock_ms is None else self.clock_ms
-        parts = [_SHARD_HEADER.pack(STATE_VERSION, clock, len(self._entries))]
-        for group_id, entry in self._entries.items():
-            name = group_id.encode("utf-8")
-            body = entry.encoded_body()
-            # A hint of the body's next deadline; one past the long range (a request near its
-            # end: the wire allows any long) is stored as the range's end and never fires.
-            deadline = (
-                _NONE if entry.next_deadline_ms is None else min(entry.next_deadline_ms, _MAX)
-            )
-            parts.append(_GROUP_HEADER.pack(len(name), entry.clock_ms, deadline, len(body)))
-            parts.append(name)
-            parts.append(body)
-        return b"".join(parts)
+        sizes = list(self._sizes)
+        cuts: list[tuple[int, int, bytes]] = [(start, end, b"") for start, end in self._dropped]
+        tail: list[tuple[int, bytes]] = []
+        for slot, loaded in self._loaded.items():
+            if loaded.span is None:
+                body = loaded.body()
+                tail.append((slot, body))
+            elif loaded.changed:
+                body = loaded.body()
+                cuts.append((*loaded.span, body))
+            else:
+                continue
+            sizes[slot] = len(body)
+        blob = memoryview(self._blob)
+        pieces: list[bytes | memoryview] = []
+        at = 0
+        for start, end, body in sorted(cuts):
+            pieces += (blob[at:start], body)
+            at = end
+        pieces.append(blob[at:])
+        pieces += [body for _, body in sorted(tail)]
+        ids, clocks, deadlines = self._ids, self._clocks, self._deadlines
+        if self._dead:
+            ids = [ids[slot] for slot in live]
+            clocks = [clocks[slot] for slot in live]
+            deadlines = [deadlines[slot] for slot in live]
+            sizes = [sizes[slot] for slot in live]
+        record = marshal.dumps((self.clock_ms, ids, clocks, deadlines, sizes), _MARSHAL_VERSION)
+        return b"".join((_HEADER.pack(STATE_VERSION, len(record)), record, *pieces))
 
     @classmethod
     def decode(
@@ -319,29 +420,89 @@ class CoordinatorShard:
         shard = cls(config, failover_gap_ms=failover_gap_ms)
         if data is None:
             return shard
-        if not data or data[0] != STATE_VERSION:
-            found = data[0] if data else "nothing"
-            raise ValueError(f"coordinator state: unsupported version {found} (expected 1)")
+        version = data[0] if data else None
+        if version == STATE_VERSION:
+            shard._read(data)
+        elif version == 1:
+            shard._read_v1(data)
+        else:
+            found = "nothing" if version is None else version
+            raise ValueError(
+                f"coordinator state: unsupported version {found} (this build reads 1 and 2)"
+            )
+        return shard
+
+    def _read(self, data: bytes) -> None:
+        """Version 2: the header, the marshal record, then the bodies, one after another."""
+        start = _HEADER.size
+        size = _HEADER.unpack_from(data, 0)[1] if len(data) >= start else -1
+        if size < 0 or len(data) < start + size:
+            raise ValueError("coordinator state: truncated")
         try:
-            _, clock, count = _SHARD_HEADER.unpack_from(data, 0)
-            offset = _SHARD_HEADER.size
-            shard.clock_ms = None if clock == _NONE else clock
+            clock_ms, ids, clocks, deadlines, sizes = marshal.loads(data[start : start + size])
+            count = len(ids)
+            shaped = (
+                type(ids) is type(clocks) is type(deadlines) is type(sizes) is list
+                and len(clocks) == len(deadlines) == len(sizes) == count
+                and set(map(type, sizes)) <= {int}
+                and min(sizes, default=0) >= 0
+                and (clock_ms is None or type(clock_ms) is int)
+            )
+        except (EOFError, ValueError, TypeError):
+            shaped = False
+        if not shaped:
+            raise ValueError("coordinator state: malformed version 2 record")
+        bodies = start + size
+        end = bodies + sum(sizes)
+        if len(data) < end:
+            raise ValueError("coordinator state: truncated")
+        if len(data) > end:
+            raise ValueError("coordinator state: trailing bytes after the last group")
+        self._set(clock_ms, ids, clocks, deadlines, sizes, data[bodies:])
+
+    def _set(
+        self,
+        clock_ms: int | None,
+        ids: list[str],
+        clocks: list[int],
+        deadlines: list[int | None],
+        sizes: list[int],
+        blob: bytes,
+    ) -> None:
+        self.clock_ms = clock_ms
+        self._ids, self._clocks, self._deadlines, self._sizes = ids, clocks, deadlines, sizes
+        self._starts = list(accumulate(sizes, initial=0))
+        self._blob = blob
+
+    def _read_v1(self, data: bytes) -> None:
+        """The version 1 layout: a struct header per group."""
+        ids: list[str] = []
+        clocks: list[int] = []
+        deadlines: list[int | None] = []
+        bodies: list[bytes] = []
+        try:
+            _, clock, count = _V1_SHARD_HEADER.unpack_from(data, 0)
+            offset = _V1_SHARD_HEADER.size
             for _ in range(count):
-                name_size, clock_ms, deadline, body_size = _GROUP_HEADER.unpack_from(data, offset)
-                offset += _GROUP_HEADER.size
-                group_id = data[offset : offset + name_size].decode("utf-8")
+                name_size, clock_ms, deadline, body_size = _V1_GROUP_HEADER.unpack_from(
+                    data, offset
+                )
+                offset += _V1_GROUP_HEADER.size
+                ids.append(data[offset : offset + name_size].decode("utf-8"))
                 offset += name_size
                 body = data[offset : offset + body_size]
                 offset += body_size
                 if len(body) != body_size:
                     raise struct.error("short body")
-                next_deadline_ms = None if deadline == _NONE else deadline
-                shard._entries[group_id] = _Entry(clock_ms, next_deadline_ms, body)
+                clocks.append(clock_ms)
+                deadlines.append(None if deadline == _NONE else deadline)
+                bodies.append(body)
         except struct.error:
             raise ValueError("coordinator state: truncated") from None
         if offset != len(data):
             raise ValueError("coordinator state: trailing bytes after the last group")
-        return shard
+        clock_ms = None if clock == _NONE else clock
+        self._set(clock_ms, ids, clocks, deadlines, [len(b) for b in bodies], b"".join(bodies))
 
 
 class CoordinatorRunner:
@@ -357,9 +518,9 @@ class CoordinatorRunner:
         shard = CoordinatorShard.decode(state, self.config, failover_gap_ms=self.failover_gap_ms)
         outputs: Rows = {DECISIONS: [], GROUP_EVENTS: []}
         for event in events:
-            _extend(outputs, shard.feed(event))
+            shard.feed_into(event, outputs)
         if tick_ms is not None:
-            _extend(outputs, shard.tick(tick_ms))
+            shard.tick_into(tick_ms, outputs)
         outputs[GROUPS] = shard.group_rows()
         return RunResult(shard.encode(), outputs, shard.next_deadline_ms())
 
@@ -375,11 +536,6 @@ def _emit(step: machine.Step, rows: Rows) -> None:
         rows[DECISIONS] += [decision.to_row() for decision in step.decisions]
     if step.events:
         rows[GROUP_EVENTS] += [event.to_row() for event in step.events]
-
-
-def _extend(outputs: Rows, rows: Mapping[str, Iterable[Row]]) -> None:
-    for table, table_rows in rows.items():
-        outputs[table].extend(table_rows)
 
 
 def _duplicate(request: Request, at_ms: int) -> Row:

@@ -243,6 +243,7 @@ def _header(raw: Mapping[str, Any], request_type: RequestType) -> Header:
     get = raw.get
     event_id, time_ms = get("event_id"), get("event_time_ms")
     group_id, member_id = get("group_id"), get("member_id")
+    instance_id, version = get("group_instance_id"), get("request_version")
     if (
         type(event_id) is str
         and event_id
@@ -250,19 +251,18 @@ def _header(raw: Mapping[str, Any], request_type: RequestType) -> Header:
         and 0 <= time_ms <= INT64_MAX
         and type(group_id) is str
         and type(member_id) is str
-        and all(get(name) is None for name in _RARE_HEADER_FIELDS)
+        and (instance_id is None or (type(instance_id) is str and instance_id))
+        and (
+            version is None or (type(version) is int and 0 <= version <= MAX_VERSION[request_type])
+        )
+        and get("reason") is None
+        and get("timeout_ms") is None
+        and get("arrival_time_ms") is None
     ):
-        return Header(event_id, time_ms, group_id, member_id, None, None, None, None, None)
+        return Header(
+            event_id, time_ms, group_id, member_id, instance_id, version, None, None, None
+        )
     return _checked_header(raw, request_type)
-
-
-_RARE_HEADER_FIELDS: Final = (
-    "group_instance_id",
-    "request_version",
-    "reason",
-    "timeout_ms",
-    "arrival_time_ms",
-)
 
 
 def _checked_header(raw: Mapping[str, Any], request_type: RequestType) -> Header:

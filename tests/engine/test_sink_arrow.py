@@ -1,0 +1,179 @@
+"""The state function's output rows and the foreachBatch sink's reading of them, without a JVM.
+
+The function hands Spark one row per table per call (its rows as JSON lines); the sink reads
+each table's lines straight into the table's Arrow columns. Whatever the input, the tables it
+writes must be the ones the per-row path gives (each envelope parsed by Python's JSON reader,
+then converted to the table's schema): the same rows, in the same order, with the same values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controlplane.core.runtime import Runner
+from controlplane.engine import progress
+from controlplane.engine.adapter import METRICS_TABLE, StateFunction
+from controlplane.engine.batch import BatchSink, split_batch, split_envelopes
+from controlplane.engine.options import Keying, TimeMode
+from controlplane.engine.queries import CoordinatorRunners, QuotaKeyer, QuotaRunners
+from controlplane.engine.reload import SettingsSource
+from controlplane.io.sinks import latest_per_group, to_arrow, with_deleted
+from engine.fakes import FakeGroupState
+from engine.test_bad_input_fuzz import GROUP_EVENTS, QUOTA_EVENTS, SETTINGS, damaged_line
+
+BATCH_TIMES = (1_700_000_000_000, 1_700_000_060_000)
+
+
+def frames_of(lines: list[str], batch_time_ms: int) -> Iterator[pd.DataFrame]:
+    rows = [
+        {
+            "key": "k",
+            "raw": raw,
+            "source": "f.jsonl",
+            "principal": None,
+            "seq": index,
+            "arrival_time_ms": batch_time_ms,
+        }
+        for index, raw in enumerate(lines)
+    ]
+    return iter([pd.DataFrame(rows)] if rows else [])
+
+
+def two_batches(
+    lines: list[str], runners: Callable[[], Runner], mode: TimeMode
+) -> tuple[list[pa.Table], list[list[tuple[str, str]]]]:
+    """Each batch's output as Spark gets it from the function (``__call__``) and, from a second
+    run on the same input, as envelopes (``call``)."""
+    timeout = "EventTimeTimeout" if mode is TimeMode.EVENT_TIME else "ProcessingTimeTimeout"
+    function = StateFunction(runners, mode)
+    half = len(lines) // 2
+    states = [
+        FakeGroupState(timeout=timeout, batch_time_ms=BATCH_TIMES[0], watermark_ms=0)
+        for _ in range(2)
+    ]
+    spark_out: list[pa.Table] = []
+    envelopes: list[list[tuple[str, str]]] = []
+    for number, batch in enumerate([lines[:half], lines[half:]]):
+        if number:
+            states = [s.next_call(BATCH_TIMES[1], watermark_ms=BATCH_TIMES[0]) for s in states]
+        out = list(function(("k",), frames_of(batch, states[0].batch_time_ms), states[0]))
+        spark_out.append(pa.concat_tables([pa.Table.from_pandas(f) for f in out]))
+        envelopes.append(function.call(frames_of(batch, states[1].batch_time_ms), states[1]))
+        assert states[0].value == states[1].value
+    return spark_out, envelopes
+
+
+def assert_same_tables(spark_out: pa.Table, envelopes: list[tuple[str, str]]) -> None:
+    tables, figures = split_batch(spark_out, 3, 1234)
+    rows, expected_figures = split_envelopes(envelopes, 3, 1234)
+    assert figures == expected_figures
+    assert set(tables) == set(rows)
+    for table, expected in rows.items():
+        assert tables[table].num_rows == len(expected)
+        assert to_arrow(table, tables[table]).equals(to_arrow(table, expected)), table
+        if table == "groups":
+            merged = with_deleted(table, latest_per_group(tables[table]))
+            assert merged.equals(with_deleted(table, latest_per_group(expected)))
+
+
+MODES = st.sampled_from([TimeMode.PROCESSING_TIME, TimeMode.EVENT_TIME])
+
+
+@settings(max_examples=60)
+@given(lines=st.lists(damaged_line(GROUP_EVENTS), min_size=1, max_size=14), mode=MODES)
+def test_the_sink_reads_the_coordinator_s_tables_as_the_per_row_path(
+    lines: list[str], mode: TimeMode
+) -> None:
+    runners = CoordinatorRunners(SettingsSource(path=None, initial=SETTINGS), None)
+    spark_out, envelopes = two_batches(lines, runners, mode)
+    for out, expected in zip(spark_out, envelopes, strict=True):
+        assert_same_tables(out, expected)
+
+
+@settings(max_examples=60)
+@given(lines=st.lists(damaged_line(QUOTA_EVENTS), min_size=1, max_size=14), mode=MODES)
+def test_the_sink_reads_the_quota_s_tables_as_the_per_row_path(
+    lines: list[str], mode: TimeMode
+) -> None:
+    source = SettingsSource(path=None, initial=SETTINGS)
+    QuotaKeyer(source, Keying.GROUP, 64)  # the quota runs behind its keyer in the engine
+    spark_out, envelopes = two_batches(lines, QuotaRunners(source), mode)
+    for out, expected in zip(spark_out, envelopes, strict=True):
+        assert_same_tables(out, expected)
+
+
+def test_the_function_hands_spark_one_row_per_table_of_json_lines() -> None:
+    runners = CoordinatorRunners(SettingsSource(path=None, initial=SETTINGS), None)
+    joins = [json.dumps(e) for e in GROUP_EVENTS if e["type"] == "join"][:3]
+    assert len(joins) == 3
+    spark_out, envelopes = two_batches([*joins, "not json", *joins], runners, TimeMode.EVENT_TIME)
+    for out, expected in zip(spark_out, envelopes, strict=True):
+        names = out.column("table").to_pylist()
+        assert len(names) == len(set(names))  # one row per table
+        lines = [
+            (name, line)
+            for name, text in zip(names, out.column("row").to_pylist(), strict=True)
+            for line in text.split("\n")
+        ]
+        assert sorted(lines, key=lambda e: e[0]) == sorted(expected, key=lambda e: e[0])
+        assert [e for e in lines if e[0] == "decisions"] == [
+            e for e in expected if e[0] == "decisions"
+        ]
+    assert any(
+        len(text.split("\n")) > 1 for out in spark_out for text in out.column("row").to_pylist()
+    )
+
+
+def test_a_row_pyarrow_refuses_is_read_by_python_as_before() -> None:
+    """pyarrow's reader refuses an object naming a key twice; Python's keeps the last value."""
+    envelopes = [
+        ("decisions", '{"event_id":"a","group_id":"g"}'),
+        ("decisions", '{"event_id":"b","event_id":"c","group_id":"g"}'),
+        (METRICS_TABLE, '{"events":2,"rejected":0,"timers_fired":1,"max_timer_lateness_ms":5}'),
+    ]
+    arrow = pa.table(
+        {"table": [t for t, _ in envelopes], "row": [r for _, r in envelopes]},
+    )
+    tables, figures = split_batch(arrow, 1, 2)
+    decisions = tables["decisions"].to_pylist()
+    assert [(r["event_id"], r["batch_id"], r["processed_at_ms"]) for r in decisions] == [
+        ("a", 1, 2),
+        ("c", 1, 2),
+    ]
+    assert figures["events"] == 2
+    assert figures["keys_called"] == 1
+
+
+class NoWriter:
+    sparkSession = None
+
+    def __init__(self, arrow: pa.Table) -> None:
+        self.arrow = arrow
+
+    def toArrow(self) -> pa.Table:
+        return self.arrow
+
+
+def test_an_idle_batch_opens_no_writer_and_leaves_its_figures() -> None:
+    sink = BatchSink("idle-test", ("decisions", "groups"), "/nowhere", "/nowhere")
+
+    def no_writer(spark: Any) -> Any:
+        raise AssertionError("an idle batch must not open a writer")
+
+    sink.writer = no_writer  # type: ignore[method-assign]
+    empty = pa.table({"table": pa.array([], pa.string()), "row": pa.array([], pa.string())})
+    sink(NoWriter(empty), 9)
+    assert progress.take("idle-test", 9) == {
+        "events": 0,
+        "rejected": 0,
+        "timers_fired": 0,
+        "max_timer_lateness_ms": 0,
+        "keys_called": 0,
+    }
