@@ -390,6 +390,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--out", default="out/bench/engine")
     parser.add_argument("--idle", type=int, default=0, help="idle batches with N groups")
+    parser.add_argument("--partitions", type=int, default=4, help="shuffle (state) partitions")
+    parser.add_argument("--master", default="local[2]", help="e.g. local[1] against local[2]")
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]
@@ -397,7 +399,10 @@ def main() -> int:
     from controlplane.engine.session import build_local_session
 
     spark = build_local_session(
-        "engine-bench", shuffle_partitions=4, require_jars="native" in args.writers
+        "engine-bench",
+        shuffle_partitions=args.partitions,
+        require_jars="native" in args.writers,
+        master=args.master,
     )
     if args.idle:
         for writer in args.writers.split(","):

@@ -4,12 +4,18 @@ The package metadata cannot forbid the pair, so a local session refuses it in on
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 import pytest
 
 from controlplane.engine.session import (
+    CHECKPOINT_MANAGER_KEY,
     IncompatibleVersions,
     arrow_incompatibility,
     build_local_session,
+    checkpoint_manager_class,
+    local_conf,
 )
 
 
@@ -52,3 +58,41 @@ def test_the_installed_pair_is_accepted() -> None:
     import pyspark
 
     assert arrow_incompatibility(pyspark.__version__, pyarrow.__version__) is None
+
+
+# Local sessions write checkpoints through Hadoop's FileSystem API (no chmod/readlink forks per
+# file); the class moved into a `checkpointing` package in Spark 4.1, so it is looked up in the
+# running pyspark's spark-sql jar.
+SPARK_40_CLASS = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+SPARK_41_CLASS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+
+
+def _jar_with(folder: Path, *class_names: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / "spark-sql_2.13-9.9.9.jar", "w") as jar:
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+        for name in class_names:
+            jar.writestr(name.replace(".", "/") + ".class", b"\xca\xfe\xba\xbe")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("classes", "expected"),
+    [
+        ((SPARK_41_CLASS,), SPARK_41_CLASS),  # Spark 4.1 and 4.2
+        ((SPARK_40_CLASS,), SPARK_40_CLASS),  # Spark 4.0 (Databricks Runtime 17.3 LTS)
+        ((), None),  # neither: Spark's default manager stays
+    ],
+)
+def test_the_checkpoint_manager_is_the_class_this_spark_ships(
+    tmp_path: Path, classes: tuple[str, ...], expected: str | None
+) -> None:
+    assert checkpoint_manager_class(_jar_with(tmp_path / "jars", *classes)) == expected
+
+
+def test_the_installed_pyspark_has_the_class_and_local_sessions_name_it() -> None:
+    name = checkpoint_manager_class()
+    assert name in (SPARK_40_CLASS, SPARK_41_CLASS)
+    assert local_conf() == {CHECKPOINT_MANAGER_KEY: name}

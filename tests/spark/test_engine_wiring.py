@@ -88,3 +88,11 @@ def test_timers_fire_without_input_and_bad_lines_are_rejected(spark: Any, tmp_pa
     finally:
         query.stop()
         spark.streams.removeListener(listener)
+
+
+def test_the_local_session_writes_checkpoints_through_the_filesystem_manager(spark: Any) -> None:
+    # Every query of this suite checkpoints through it; the class is the one this Spark ships.
+    from controlplane.engine.session import CHECKPOINT_MANAGER_KEY, checkpoint_manager_class
+
+    assert spark.conf.get(CHECKPOINT_MANAGER_KEY) == checkpoint_manager_class()
+    assert spark._jvm.java.lang.Class.forName(spark.conf.get(CHECKPOINT_MANAGER_KEY))

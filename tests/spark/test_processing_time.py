@@ -4,6 +4,7 @@ restart longer than the failover gap resets sessions instead of expiring a healt
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -242,3 +243,33 @@ def test_sessions_survive_a_restart_shorter_than_the_failover_gap(
     audit = read_table(tables / "group_events")
     assert [r for r in audit if r["kind"] == "member_removed"] == []
     assert [r for r in audit if r["reason"] == "coordinator_failover"] == []  # no reset needed
+
+
+def test_a_checkpoint_keeps_its_state_partitions_when_the_setting_changes(
+    spark: Any, tmp_path: Path
+) -> None:
+    # Spark records spark.sql.shuffle.partitions in the checkpoint's offset log and a restarted
+    # query takes the recorded value: lowering engine.shuffle_partitions (conf/local.yaml went
+    # from 4 to 2) leaves existing checkpoints as they were, and their state where it was.
+    options = options_for(tmp_path)
+    tables, landing = Path(options.tables_root), tmp_path / "landing"
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+    try:
+        query = start(spark, options)
+        try:
+            member = stable_member(tables, landing, query, "kept", 60_000)
+        finally:
+            query.stop()
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+        query = start(spark, options)
+        try:
+            drop_events(landing, [request("heartbeat", "kept-h1", "kept", member, 1)])
+            assert decision(tables, "kept-h1", query)["error"] == "NONE"  # the member is known
+        finally:
+            query.stop()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    [offsets] = list(Path(options.checkpoint_root).glob("**/offsets"))
+    last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    metadata = json.loads(last.read_text().splitlines()[1])  # the batch the restart ran last
+    assert metadata["conf"]["spark.sql.shuffle.partitions"] == "4"

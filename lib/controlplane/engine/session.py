@@ -16,6 +16,8 @@ import logging
 import os
 import re
 import sys
+import zipfile
+from pathlib import Path
 from typing import Any
 
 from controlplane.jvm import SPARK_JARS, MissingJvm, jar_paths, jars_root
@@ -37,6 +39,46 @@ STATE_CONF: dict[str, str] = {
     "spark.python.worker.faulthandler.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
 }
+
+# Local sessions only: checkpoint files (the offset and commit logs, each state partition's
+# changelog) written through Hadoop's FileSystem API. The default FileContext manager creates
+# and renames each file with shell commands (chmod, readlink) when Hadoop's native library is
+# not there, as locally: several forks of the JVM per state partition per batch, most of an
+# idle batch (docs/benchmarks/engine.md). A local rename is atomic either way. The class moved
+# package in Spark 4.1; the one this pyspark ships is looked up in its spark-sql jar.
+CHECKPOINT_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+CHECKPOINT_MANAGER_CLASSES = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
+)
+
+
+def checkpoint_manager_class(jars_dir: Path | None = None) -> str | None:
+    """The FileSystem-based checkpoint manager's class in this pyspark's spark-sql jar, if any."""
+    folder = jars_dir if jars_dir is not None else pyspark_jars_dir()
+    for jar in sorted(folder.glob("spark-sql_*.jar")):
+        with zipfile.ZipFile(jar) as archive:
+            names = set(archive.namelist())
+        for name in CHECKPOINT_MANAGER_CLASSES:
+            if name.replace(".", "/") + ".class" in names:
+                return name
+    return None
+
+
+def pyspark_jars_dir() -> Path:
+    """The running pyspark's own jars (SPARK_HOME's when set, as spark-submit sets it)."""
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home and Path(spark_home, "jars").is_dir():
+        return Path(spark_home, "jars")
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def local_conf() -> dict[str, str]:
+    """What only local sessions set: the checkpoint manager, when this Spark has the class."""
+    name = checkpoint_manager_class()
+    return {CHECKPOINT_MANAGER_KEY: name} if name else {}
 
 DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -173,7 +215,8 @@ def build_local_session(
         # INFO (forty lines) before setLogLevel could run.
         .config("spark.log.level", "WARN")
     )
-    for key, value in {**STATE_CONF, **jar_conf(require_jars), **(extra_conf or {})}.items():
+    confs = {**STATE_CONF, **local_conf(), **jar_conf(require_jars), **(extra_conf or {})}
+    for key, value in confs.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
