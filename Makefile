@@ -22,7 +22,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PYTHONPATH := $(abspath lib):$(abspath tests)
 
-.PHONY: wheel-check help setup setup-spark40 test-spark40 demo demo-kafka kafka test test-fast test-spark test-kafka lint bench replay-sample clean
+.PHONY: wheel-check help setup setup-spark40 test-spark40 test-main demo demo-kafka kafka test test-fast test-spark test-kafka lint bench replay-sample clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -86,7 +86,9 @@ lint: $(STAMP) ## ruff, mypy and the import contracts that keep the core pure
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) $(JARSTAMP) lint wheel-check ## set up, lint, then run every test (unit, property, Spark, Kafka)
+test: test-main test-spark40 ## set up, lint, run every test (unit, property, Spark, Kafka), then the Spark 4.0 leg
+
+test-main: $(STAMP) $(JARSTAMP) lint wheel-check ## set up, lint, then every test on the main leg (pyspark 4.2) only
 	$(BIN)/python -m pytest -q
 
 wheel-check: $(STAMP) ## the wheel installs on Python 3.12 (Databricks Runtime 17.3 LTS), resolved offline of this venv
