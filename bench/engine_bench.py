@@ -253,9 +253,8 @@ def run_engine(
     writer: str = "delta-rs",
 ) -> dict[str, Any]:
     from controlplane.core.config import parse_settings
-    from controlplane.engine.options import EngineOptions, Keying
+    from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
     from controlplane.engine.queries import build_coordinator_query, register_progress_listener
-    from controlplane.io.options import CleanSource, SourceOptions
 
     shutil.rmtree(out, ignore_errors=True)
     landing = out / "landing"
