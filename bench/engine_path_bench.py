@@ -121,7 +121,8 @@ def keyed_batches(slots: list[list[dict[str, Any]]], shards: int) -> list[Batch]
 
     from controlplane.engine.keying import spark_key_of
     from controlplane.engine.options import Keying
-    from controlplane.engine.schemas import KEYED_INPUT, arrow_schema
+    from controlplane.engine.schemas import KEYED_INPUT
+    from controlplane.io.schemas import arrow_schema
 
     schema = arrow_schema(KEYED_INPUT)
     batches: list[Batch] = []

@@ -151,12 +151,6 @@ class CoordinatorShard:
 
     # --- batches -----------------------------------------------------------------------------
 
-    def begin_batch(self) -> None:
-        """Forget which groups the previous batch touched (failover and ``groups`` rows)."""
-        self._touched.clear()
-        self._visited.clear()
-        self._deleted_at_ms.clear()
-
     def group_rows(self) -> list[Row]:
         """The ``groups`` row of every group a request or a timer reached in this batch, with
         ``deleted`` true for one that ceased to exist. A tick that fires nothing changes no row,
