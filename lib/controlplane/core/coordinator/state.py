@@ -225,6 +225,12 @@ class Group:
                 return member.member_id
         return None
 
+    @property
+    def next_deadline_ms(self) -> int | None:
+        """When the group's next timer is due (its timers are in order: the head)."""
+        timers = self.timers
+        return timers[0].deadline_ms if timers else None
+
     def rescheduled(self, kind: TimerKind, member_id: str, deadline_ms: int) -> Group:
         """``Draft.schedule`` on a frozen group, for the heartbeat fast path (no thaw): the
         key's pending timer replaced by one due at ``deadline_ms`` with the group's next
