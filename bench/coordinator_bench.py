@@ -285,7 +285,13 @@ def encoding(shard: CoordinatorShard, group_id: str) -> None:
     again = CoordinatorShard.decode(envelope, CONFIG).encode()
     copy = time.process_time() - start
     assert envelope is not None
-    assert again == envelope
+    assert again is not None
+    # Equal content, not always equal bytes: marshal flags an object it meets more than once
+    # (a back-reference) by its reference count, which differs after a round trip.
+    assert len(again) == len(envelope)
+    decoded = CoordinatorShard.decode(again, CONFIG)
+    assert decoded.group_ids == shard.group_ids
+    assert decoded.group(group_id) == group
     count = len(shard.group_ids)
     print(
         f"shard envelope (CPU time), {count:,} groups: {len(envelope) / 1e6:.1f} MB, "

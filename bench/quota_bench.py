@@ -4,12 +4,12 @@
 
 * admission loop: ``admit_strict`` on 5-topic requests against one bucket (the arithmetic);
 * machine: ``machine.handle`` on parsed requests of 1,000 principals (buckets, decisions and
-  throttle events built, idempotence window kept);
-* session: raw wire dicts through ``QuotaSession.feed`` (parse, resolve, clock, expiry,
-  machine), rows made with ``to_row`` as the replay and the engine do;
+  throttle events built; the idempotence window is the shard's);
+* shard: raw wire dicts through ``QuotaShard.feed`` (parse, resolve, clock, expiry, idempotence
+  window, machine, rows), as the replay and the engine call it;
 * resolution: a 1,000-entry quota configuration (all 8 level shapes) and 100,000 principals:
   index build, ``resolve`` and ``key_of``;
-* codec: encode + decode of one bucket (64 event ids) and of a 1,000-bucket shard.
+* codec: encode + decode of one bucket (a full window: 64 event ids) and of a 1,000-bucket shard.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from dataclasses import replace
 from typing import Any
 
 from controlplane.core.config import parse_settings
+from controlplane.core.idempotence import digest
 from controlplane.core.quota import codec
 from controlplane.core.quota.bucket import Bucket, burst_of
 from controlplane.core.quota.machine import admit_strict, handle
 from controlplane.core.quota.requests import MutationRequest, MutationType, TopicMutation
 from controlplane.core.quota.resolution import build_index, key_of, resolve
-from controlplane.core.quota.runner import QuotaSession
+from controlplane.core.quota.runner import QuotaShard
 from controlplane.core.runtime import TimedEvent
 
 T0 = 1_700_000_000_000
@@ -126,7 +127,7 @@ def bench_machine(requests: int, topics: int) -> None:
             resolution = resolutions[i % 1000]
             key = resolution.quota_key
             assert key is not None
-            step = handle(buckets.get(key), request, resolution, config, request.event_time_ms)
+            step = handle(buckets.get(key), request, request.event_time_ms, config, resolution)
             if step.bucket is not None:
                 buckets[key] = step.bucket
 
@@ -137,7 +138,7 @@ def bench_machine(requests: int, topics: int) -> None:
     )
 
 
-def bench_session(requests: int, topics: int) -> None:
+def bench_shard(requests: int, topics: int) -> None:
     config = config_with(1000)
     events = [
         TimedEvent(
@@ -155,17 +156,13 @@ def bench_session(requests: int, topics: int) -> None:
     ]
 
     def run() -> None:
-        session = QuotaSession(config)
+        shard = QuotaShard(config)
         for event in events:
-            decisions, throttles = session.feed(event)
-            for decision in decisions:
-                decision.to_row()
-            for throttle in throttles:
-                throttle.to_row()
+            shard.feed(event)
 
     seconds = best_of(3, run)
     print(
-        f"session (wire)   : {requests * topics / seconds:12,.0f} topic mutations/s "
+        f"shard (wire)     : {requests * topics / seconds:12,.0f} topic mutations/s "
         f"({requests / seconds:,.0f} requests/s, parse + resolve + rows)"
     )
 
@@ -200,16 +197,18 @@ def bench_resolution(principals: int) -> None:
 
 
 def bench_codec() -> None:
-    one = {"user=alice": Bucket(-12.5, T0, T0, tuple(f"event-{i:06d}" for i in range(64)))}
-    shard = {f"user=u{i}": Bucket(float(i), T0, T0, (f"e{i}",)) for i in range(1000)}
+    one = {"user=alice": Bucket(-12.5, T0, T0)}
+    full = {"user=alice": b"".join(digest(f"event-{i:06d}") for i in range(64))}
+    shard = {f"user=u{i}": Bucket(float(i), T0, T0) for i in range(1000)}
+    windows = {key: digest(key) for key in shard}
     n = 2000
-    one_seconds = best_of(3, lambda: [codec.decode(codec.encode(one)) for _ in range(n)])
-    shard_seconds = best_of(3, lambda: codec.decode(codec.encode(shard)))
-    size = len(codec.encode(one))
+    one_seconds = best_of(3, lambda: [codec.decode(codec.encode(one, full)) for _ in range(n)])
+    shard_seconds = best_of(3, lambda: codec.decode(codec.encode(shard, windows)))
+    size = len(codec.encode(one, full))
     print(
         f"codec            : one bucket with 64 ids {one_seconds / n * 1e6:.1f} us "
         f"encode+decode ({size} bytes); 1,000-bucket shard {shard_seconds * 1000:.2f} ms "
-        f"({len(codec.encode(shard)):,} bytes)"
+        f"({len(codec.encode(shard, windows)):,} bytes)"
     )
 
 
@@ -228,7 +227,7 @@ def main() -> None:
     )
     bench_admission(args.requests, args.topics)
     bench_machine(args.requests, args.topics)
-    bench_session(args.requests, args.topics)
+    bench_shard(args.requests, args.topics)
     bench_admission(args.requests, 1)
     bench_machine(args.requests, 1)
     bench_resolution(args.principals)

@@ -517,7 +517,9 @@ def test_kafka_heartbeat_illegal_generation() -> None:
     """T-J/T-S testHeartbeatIllegalGeneration."""
     h = CoordinatorHarness()
     a = dyn1(h)
+    h.advance_to(4000)
     assert h.heartbeat(a, 2).error is Errors.ILLEGAL_GENERATION
+    assert h.session_deadline(a) == 8000  # a refused heartbeat does not reset the session
 
 
 def test_kafka_heartbeat_empty_group() -> None:
@@ -640,6 +642,7 @@ def test_kafka_generic_group_offset_commit_while_in_completing_rebalance_state()
     a = dyn1j(h, 500, 500)
     assert h.commit(a, 1).error is Errors.REBALANCE_IN_PROGRESS
     h.assert_state(COMPLETING, 1)
+    assert h.fetch().offsets == ()  # nothing stored
 
 
 def test_kafka_generic_group_offset_commit_with_illegal_generation() -> None:

@@ -29,13 +29,6 @@ from support.harness import (
 )
 
 
-def test_join_with_a_member_id_on_a_missing_group_creates_nothing() -> None:
-    """T-J testJoinGroupUnknownMemberNewGroup."""
-    h = CoordinatorHarness()
-    assert_join_error(h.join("member-id"), Errors.UNKNOWN_MEMBER_ID, member_id="member-id")
-    assert h.group is None
-
-
 def test_known_member_join_in_empty_state_is_unknown_member() -> None:
     """T-J testJoinGroupExistingMemberInEmptyState (a forced transition)."""
     h = CoordinatorHarness()
@@ -144,17 +137,6 @@ def test_unknown_instances_in_a_batch_leave_change_nothing() -> None:
     answer = left.ok()
     assert [r.error_code for r in answer.member_results or ()] == [25, 25]
     assert h.state == before
-
-
-def test_sync_and_heartbeat_errors_on_an_existing_group() -> None:
-    """T-J testSyncGroupFromUnknownGroup, testHeartbeatUnknownConsumerExistingGroup,
-    testHeartbeatIllegalGeneration."""
-    h = CoordinatorHarness()
-    assert_sync(h.sync("member", 1), Errors.UNKNOWN_MEMBER_ID)
-    a = dyn1(h)
-    assert h.heartbeat("unknown", 1).error is Errors.UNKNOWN_MEMBER_ID
-    assert h.heartbeat(a, 2).error is Errors.ILLEGAL_GENERATION
-    assert h.session_deadline(a) == 8000  # refused heartbeats do not reset the session
 
 
 def test_sync_in_preparing_rebalance_is_rebalance_in_progress() -> None:

@@ -7,12 +7,10 @@ from controlplane.core.coordinator.records import EventKind
 from controlplane.core.coordinator.state import TimerKind
 from controlplane.core.errors import Errors
 from support.harness import (
-    COMPLETING,
     EMPTY,
     PREPARING,
     CoordinatorHarness,
     dyn1,
-    dyn1j,
 )
 
 RETENTION_MS = 60_000  # offsets.retention.minutes = 1
@@ -56,38 +54,6 @@ def test_fetch_from_a_missing_group_answers_minus_one_and_creates_nothing() -> N
     assert fetched(h, {"t": (0,)}) == [("t", 0, -1)]
     assert fetched(h) == []
     assert h.group is None
-
-
-def test_commit_without_member_on_a_non_empty_group_is_unknown_member() -> None:
-    h = CoordinatorHarness()
-    dyn1(h)
-    assert h.commit("", -1).error is Errors.UNKNOWN_MEMBER_ID
-
-
-def test_commit_in_completing_rebalance_is_rebalance_in_progress() -> None:
-    h = CoordinatorHarness()
-    a = dyn1j(h, 5000, 5000)
-    h.assert_state(COMPLETING, 1)
-    assert h.commit(a, 1).error is Errors.REBALANCE_IN_PROGRESS
-    assert fetched(h) == []
-
-
-def test_commit_in_preparing_rebalance_is_accepted_and_resets_the_session() -> None:
-    h = CoordinatorHarness()
-    a = dyn1(h)
-    h.join()  # a new member: the group rebalances
-    h.assert_state(PREPARING, 1)
-    h.advance_to(4000)
-    assert h.commit(a, 1).error is Errors.NONE
-    assert h.session_deadline(a) == 9000
-
-
-def test_commit_with_a_fenced_instance_id() -> None:
-    h = CoordinatorHarness()
-    a = h.join(iid="I")
-    h.advance_to(3000)
-    h.sync(a.member_id, 1, iid="I")
-    assert h.commit("other", 1, iid="I").error is Errors.FENCED_INSTANCE_ID
 
 
 def test_an_empty_groups_offsets_and_the_group_expire_after_retention() -> None:

@@ -16,11 +16,11 @@ from controlplane.core.coordinator.runner import (
     DECISIONS,
     GROUP_EVENTS,
     GROUPS,
-    IDEMPOTENCE_WINDOW,
     STATE_VERSION,
     CoordinatorRunner,
     CoordinatorShard,
 )
+from controlplane.core.idempotence import WINDOW
 from controlplane.core.runtime import TimedEvent
 
 # No initial delay: a first join completes at the first tick at or after it.
@@ -226,7 +226,7 @@ def test_the_window_holds_the_last_64_requests() -> None:
     shard = CoordinatorShard(CONFIG)
     member = stable_member(shard, "g", 0)
     feed_all(shard, [heartbeat("first", "g", 1, member, 1)])
-    others = [heartbeat(f"h{i}", "g", 2 + i, member, 1) for i in range(IDEMPOTENCE_WINDOW - 1)]
+    others = [heartbeat(f"h{i}", "g", 2 + i, member, 1) for i in range(WINDOW - 1)]
     feed_all(shard, others)
     still = feed_all(shard, [heartbeat("first", "g", 100, member, 1)])
     assert still[DECISIONS] == []  # 64th most recent: still remembered

@@ -292,7 +292,7 @@ class OurPlayer:
         if not isinstance(step, DeleteTopics):
             raw["validate_only"] = step.validate_only
         timed = [TimedEvent(raw, self.now_ms)]
-        before = quota_codec.decode(self.quota_state)
+        before, _ = quota_codec.decode(self.quota_state)
         result = self.quota_runner.run(self.quota_state, timed, self.now_ms)
         self.quota_state = result.state
         [row] = result.outputs[QUOTA_DECISIONS]

@@ -27,7 +27,7 @@ from controlplane.client.transport import Stream
 from controlplane.core.config import Settings
 from controlplane.core.coordinator.runner import DECISIONS, CoordinatorShard
 from controlplane.core.quota.runner import DECISIONS as QUOTA_DECISIONS
-from controlplane.core.quota.runner import QuotaSession
+from controlplane.core.quota.runner import QuotaShard
 from controlplane.core.runtime import TimedEvent
 from controlplane.io.broker import LocalBroker
 
@@ -62,14 +62,13 @@ class Cores:
 
     def __init__(self, settings: Settings) -> None:
         self._shard = CoordinatorShard(settings.coordinator)
-        self._quota = QuotaSession(settings.quota)
+        self._quota = QuotaShard(settings.quota)
 
     def __call__(self, stream: Stream, request: Row, at_ms: int) -> list[Row]:
         if stream is Stream.GROUP:
             return list(self._shard.feed(TimedEvent(request, at_ms))[DECISIONS])
         self._quota.tick(at_ms)
-        decisions, _ = self._quota.feed(TimedEvent(request, at_ms), at_ms)
-        return [d.to_row() for d in decisions]
+        return list(self._quota.feed(TimedEvent(request, at_ms), at_ms)[QUOTA_DECISIONS])
 
     def next_deadline_ms(self) -> int | None:
         return self._shard.next_deadline_ms()

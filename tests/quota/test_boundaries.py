@@ -77,7 +77,7 @@ def test_x04b_new_rate_is_credited_retroactively() -> None:
     slow = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}])
     slow.create_topics("u", {"a": 11})  # 11 -> 0
     fast = QuotaHarness([{"user": "u", "controller_mutation_rate": 10.0}])
-    fast.session.buckets = slow.session.buckets
+    fast.carry_state_from(slow)
     fast.now_ms = T + 10_000
     fast.create_topics("u", {"b": 1}, event_id="later")
     assert fast.tokens("user=u") == 99.0  # 0 + 10 * 10 = 100, minus 1
@@ -88,7 +88,7 @@ def test_x05_lower_rate_shrinks_a_full_bucket() -> None:
     fast.delete_topics("u", {"a": 0})  # a touch that records 0: full, 110
     assert fast.tokens("user=u") == 110.0
     slow = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}])
-    slow.session.buckets = fast.session.buckets
+    slow.carry_state_from(fast)
     slow.create_topics("u", {"b": 1}, event_id="later")
     assert slow.tokens("user=u") == 10.0  # capped at the new burst 11, minus 1
 
@@ -103,7 +103,7 @@ def test_x12_removed_quota_rejects_only_in_the_same_millisecond() -> None:
     limited = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}])
     limited.create_topics("u", {"a": 20})  # 11 -> -9
     removed = QuotaHarness([{"user": "u", "controller_mutation_rate": None}])
-    removed.session.buckets = limited.session.buckets
+    removed.carry_state_from(limited)
     same_ms = removed.create_topics("u", {"b": 1}, event_id="same")
     assert errors(same_ms) == ["THROTTLING_QUOTA_EXCEEDED"]
     assert same_ms["throttle_time_ms"] == 0  # 9 tokens at 9.2e18/s
@@ -125,12 +125,12 @@ def test_x14_idle_bucket_is_forgotten_and_debt_forgiven() -> None:
 def test_expiry_is_a_timer_fired_by_the_tick() -> None:
     h = QuotaHarness([{"user": "u", "controller_mutation_rate": 1.0}])
     h.create_topics("u", {"a": 1})
-    assert h.session.next_deadline_ms() == T + INACTIVE_EXPIRATION_MS + 1
+    assert h.shard.next_deadline_ms() == T + INACTIVE_EXPIRATION_MS + 1
     h.sleep(INACTIVE_EXPIRATION_MS)
     assert h.bucket("user=u") is not None
     h.sleep(1)
     assert h.bucket("user=u") is None
-    assert h.session.next_deadline_ms() is None
+    assert h.shard.next_deadline_ms() is None
 
 
 def test_x20_the_clock_never_goes_back() -> None:
@@ -221,7 +221,7 @@ def test_an_uncharged_validate_only_creates_the_sensor() -> None:
     bucket = h.bucket("user=u")
     assert bucket is not None
     assert (bucket.tokens, bucket.last_update_ms, bucket.last_record_ms) == (0.0, 0, T)
-    assert h.session.next_deadline_ms() == T + INACTIVE_EXPIRATION_MS + 1
+    assert h.shard.next_deadline_ms() == T + INACTIVE_EXPIRATION_MS + 1
     h.now_ms = T - 1000
     assert h.create_topics("u", {"b": 1})["decided_at_ms"] == T
 

@@ -38,7 +38,7 @@ from controlplane.core.config import DEFAULT_ENTITY, QuotaConfig, parse_settings
 from controlplane.core.quota.bucket import burst_of, throttle_time_ms
 from controlplane.core.quota.machine import admit_strict
 from controlplane.core.quota.resolution import Resolution, carry_removed_quotas, resolve
-from controlplane.core.quota.runner import QuotaSession
+from controlplane.core.quota.runner import QuotaShard
 from support.quota_harness import T_MS, QuotaHarness, errors
 from support.token_bucket import measure
 
@@ -71,7 +71,7 @@ def test_sensor_strict_token_bucket(index: int) -> None:
             tokens = admission.tokens
         last = time_ms
     assert tokens == SENSOR_STRICT[index][4]
-    # ... and through the whole session (strict CreateTopics, user quota 2/s).
+    # ... and through the whole shard (strict CreateTopics, user quota 2/s).
     h = QuotaHarness([{"user": "u", "controller_mutation_rate": 2.0}], window_num=10)
     for _, time_ms, value, admitted, _ in SENSOR_STRICT[: index + 1]:
         h.now_ms = time_ms
@@ -143,7 +143,7 @@ class Cluster:
         previous = old if old.quotas else None
         config = carry_removed_quotas(previous, parse_settings(raw).quota)
         self.harness.config = config
-        self.harness.session = QuotaSession(config, self.harness.session.buckets)
+        self.harness.shard = QuotaShard.decode(self.harness.shard.encode(), config)
 
     def record(self, user: str, client_id: str, value: int) -> dict[str, Any]:
         """Kafka's ``maybeRecord(value * numQuotaSamples)``: one permissive request (DeleteTopics
@@ -231,7 +231,7 @@ def test_quota_config_precedence(index: int) -> None:
     resolution = resolve(user, client, cluster.config)
     assert resolution.rate_per_s == bound
     assert resolution.quota_key == key
-    # ... and through the session: the same answer, and the throttle of value * 11.
+    # ... and through the shard: the same answer, and the throttle of value * 11.
     assert row["rate_per_s"] == bound
     assert row["quota_key"] == key
     assert (row["throttle_time_ms"] > 0) is throttled
@@ -429,7 +429,7 @@ def test_new_quota_for(enabled: bool, version: int, mode: str | None) -> None:
         assert row["quota_key"] is None
         assert errors(row) == ["NONE", "NONE"]
         assert row["throttle_time_ms"] == 0
-        assert h.session.buckets == {}
+        assert h.shard.buckets == {}
         assert h.throttles == []
     else:
         assert row["quota_key"] == "user=ANONYMOUS/client-id=test-client"

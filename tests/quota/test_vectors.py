@@ -4,7 +4,7 @@ T is an epoch time, so a bucket is full on first use. Bucket vectors (K-01..K-08
 bucket arithmetic: each record through the permissive admission loop (TokenBucket.record, then
 a measure of no time), each bare measure through the tests' oracle (support/token_bucket.py);
 quota-object vectors (K-12..K-35) drive the strict and permissive admission loops; integration
-vectors (K-36..K-47, K-78) go through the whole session (resolution, wire parser, machine) with
+vectors (K-36..K-47, K-78) go through the whole shard (resolution, wire parser, machine) with
 the harness.
 """
 
@@ -225,13 +225,13 @@ def test_quota_metric_lazily_created_k47() -> None:
     """K-47: no bucket before the first request; then tags (ThrottledPrincipal, ""); a rate
     change to 4.0 applies to the same bucket (burst 10 * 1 * 4)."""
     h = _cluster()
-    assert h.session.buckets == {}
+    assert h.shard.buckets == {}
     h.create_topics("ThrottledPrincipal", {"topic": 1})
-    assert list(h.session.buckets) == ["user=ThrottledPrincipal"]
+    assert list(h.shard.buckets) == ["user=ThrottledPrincipal"]
     assert h.tokens("user=ThrottledPrincipal") == 19.0
     quotas = [{"user": "ThrottledPrincipal", "controller_mutation_rate": 4.0}]
     faster = QuotaHarness(quotas, window_num=10)
-    faster.session.buckets = h.session.buckets
+    faster.carry_state_from(h)
     faster.now_ms = h.now_ms + 10_000
     row = faster.create_topics("ThrottledPrincipal", {"topic2": 50}, event_id="later")
     assert row["rate_per_s"] == 4.0

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from controlplane.core.config import parse_settings
-from controlplane.core.quota.runner import QuotaSession
+from controlplane.core.quota.runner import DECISIONS, THROTTLES, QuotaShard
 from controlplane.core.quota.wire import Invalid, parse_request
 from controlplane.core.runtime import TimedEvent
 
@@ -85,27 +85,26 @@ BAD = [
 @pytest.mark.parametrize(("event", "field"), BAD)
 def test_bad_field_gets_invalid_request_row(event: dict[str, Any], field: str) -> None:
     config = parse_settings({"quotas": [{"user": "alice", "controller_mutation_rate": 1}]}).quota
-    session = QuotaSession(config)
-    decisions, throttles = session.feed(TimedEvent(event, T, line="events.jsonl:7"))
-    assert throttles == []
-    (row,) = [decision.to_row() for decision in decisions]
+    shard = QuotaShard(config)
+    rows = shard.feed(TimedEvent(event, T, line="events.jsonl:7"))
+    assert rows[THROTTLES] == []
+    (row,) = rows[DECISIONS]
     assert row["error_code"] == 42
     assert row["error"] == "INVALID_REQUEST"
     assert f"'{field}'" in row["error_message"]
     assert "events.jsonl:7" in row["error_message"]
     assert row["topics"] is None
     assert row["decided_at_ms"] == T
-    assert session.buckets == {}  # nothing charged
+    assert shard.buckets == {}  # nothing charged
     # The run goes on: the next good event is answered normally.
-    decisions, _ = session.feed(TimedEvent(GOOD, T, line="events.jsonl:8"))
-    assert decisions[0].error.name == "NONE"
+    (row,) = shard.feed(TimedEvent(GOOD, T, line="events.jsonl:8"))[DECISIONS]
+    assert row["error"] == "NONE"
 
 
 def test_echoes_what_it_can() -> None:
-    session = QuotaSession(parse_settings({}).quota)
+    shard = QuotaShard(parse_settings({}).quota)
     event = with_field("topics", "nope")
-    (decision,) = session.feed(TimedEvent(event, None, line="f:1"))[0]
-    row = decision.to_row()
+    (row,) = shard.feed(TimedEvent(event, None, line="f:1"))[DECISIONS]
     assert (row["event_id"], row["user"], row["client_id"], row["type"]) == (
         "e1",
         "alice",
@@ -117,10 +116,9 @@ def test_echoes_what_it_can() -> None:
 
 
 def test_unparseable_line() -> None:
-    session = QuotaSession(parse_settings({}).quota)
+    shard = QuotaShard(parse_settings({}).quota)
     event = TimedEvent({}, None, line="f:3", error="Expecting value", raw="{oops")
-    (decision,) = session.feed(event, tick_ms=T)[0]
-    row = decision.to_row()
+    (row,) = shard.feed(event, tick_ms=T)[DECISIONS]
     assert row["event_id"] is None
     assert row["error_code"] == 42
     assert "f:3" in row["error_message"]
@@ -144,7 +142,7 @@ def test_not_an_object() -> None:
 
 def test_duplicate_topic_names_are_invalid_per_topic_and_not_charged() -> None:
     config = parse_settings({"quotas": [{"user": "alice", "controller_mutation_rate": 1}]}).quota
-    session = QuotaSession(config)
+    shard = QuotaShard(config)
     event = with_field(
         "topics",
         [
@@ -153,15 +151,14 @@ def test_duplicate_topic_names_are_invalid_per_topic_and_not_charged() -> None:
             {"name": "a", "partitions": 5},
         ],
     )
-    (decision,) = session.feed(TimedEvent(event, T))[0]
-    row = decision.to_row()
+    (row,) = shard.feed(TimedEvent(event, T))[DECISIONS]
     assert row["error"] == "NONE"
     assert [t["error"] for t in row["topics"]] == ["INVALID_REQUEST", "NONE", "INVALID_REQUEST"]
-    assert session.buckets["user=alice"].tokens == 9.0  # only b's 2 partitions
+    assert shard.buckets["user=alice"].tokens == 9.0  # only b's 2 partitions
 
 
-def test_not_an_object_through_the_session() -> None:
-    session = QuotaSession(parse_settings({"quotas": [{"user": "u"}]}).quota)
-    (decision,) = session.feed(TimedEvent(["x"], T))[0]  # type: ignore[arg-type]
-    assert decision.error.name == "INVALID_REQUEST"
-    assert decision.decided_at_ms == T
+def test_not_an_object_through_the_shard() -> None:
+    shard = QuotaShard(parse_settings({"quotas": [{"user": "u"}]}).quota)
+    (row,) = shard.feed(TimedEvent(["x"], T))[DECISIONS]  # type: ignore[arg-type]
+    assert row["error"] == "INVALID_REQUEST"
+    assert row["decided_at_ms"] == T

@@ -4,7 +4,7 @@
     d = h.create_topics("alice", {"t1": 30, "t2": 30})
     h.sleep(5000)
 
-Every verb builds a wire event (docs/reference/events.md §3), feeds it through the real session
+Every verb builds a wire event (docs/reference/events.md §3), feeds it through the real shard
 (resolution, parser, machine) at the harness clock and returns the decision row.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from controlplane.core.config import parse_settings
 from controlplane.core.quota.bucket import Bucket
-from controlplane.core.quota.runner import QuotaSession
+from controlplane.core.quota.runner import DECISIONS, THROTTLES, QuotaShard
 from controlplane.core.runtime import TimedEvent
 
 T_MS = 1_700_000_000_000  # an epoch time: a bucket is full on first use
@@ -40,7 +40,7 @@ class QuotaHarness:
             "quotas": quotas or [],
         }
         self.config = parse_settings(raw).quota
-        self.session = QuotaSession(self.config)
+        self.shard = QuotaShard(self.config)
         self.now_ms = start_ms
         self.decisions: list[dict[str, Any]] = []
         self.throttles: list[dict[str, Any]] = []
@@ -49,15 +49,15 @@ class QuotaHarness:
     # -- clock ---------------------------------------------------------------------------
     def sleep(self, ms: int) -> None:
         self.now_ms += ms
-        self.session.tick(self.now_ms)
+        self.shard.tick(self.now_ms)
 
     # -- verbs ---------------------------------------------------------------------------
     def send(self, event: Mapping[str, Any], time_ms: int | None = None) -> dict[str, Any] | None:
         at = self.now_ms if time_ms is None else time_ms
-        decisions, throttles = self.session.feed(TimedEvent(event, at, line="test:1"))
-        rows = [d.to_row() for d in decisions]
+        fed = self.shard.feed(TimedEvent(event, at, line="test:1"))
+        rows = fed[DECISIONS]
         self.decisions.extend(rows)
-        self.throttles.extend(t.to_row() for t in throttles)
+        self.throttles.extend(fed[THROTTLES])
         return rows[0] if rows else None
 
     def mutate(
@@ -96,9 +96,14 @@ class QuotaHarness:
     def create_partitions(self, user: str, topics: Mapping[str, int], **kw: Any) -> dict[str, Any]:
         return self.mutate("create_partitions", user, topics, **kw)
 
+    def carry_state_from(self, other: QuotaHarness) -> None:
+        """``other``'s buckets under this harness's configuration, through the state bytes, as
+        the engine carries them across a configuration change (a new runner decodes them)."""
+        self.shard = QuotaShard.decode(other.shard.encode(), self.config)
+
     # -- inspection ----------------------------------------------------------------------
     def bucket(self, quota_key: str) -> Bucket | None:
-        return self.session.buckets.get(quota_key)
+        return self.shard.buckets.get(quota_key)
 
     def tokens(self, quota_key: str) -> float:
         bucket = self.bucket(quota_key)

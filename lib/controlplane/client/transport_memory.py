@@ -1,6 +1,6 @@
 """InMemoryTransport: the real coordinator and quota cores, in process, driven by a clock.
 
-Not a mock: every request goes through ``CoordinatorShard.feed`` or ``QuotaSession.feed`` at
+Not a mock: every request goes through ``CoordinatorShard.feed`` or ``QuotaShard.feed`` at
 the clock's time (processing-time semantics, as the engine's), and a timer thread started with
 the clock ticks the coordinator at its next deadline, so sessions expire, rebalances time out
 and parked requests are answered exactly as the engine would answer them, only without the
@@ -18,7 +18,7 @@ from controlplane.client.transport import AnswerCallback, AnswerRoutes, Stream
 from controlplane.core.config import Settings
 from controlplane.core.coordinator.runner import DECISIONS, CoordinatorShard
 from controlplane.core.quota.runner import DECISIONS as QUOTA_DECISIONS
-from controlplane.core.quota.runner import THROTTLES, QuotaSession
+from controlplane.core.quota.runner import QuotaShard
 from controlplane.core.runtime import TimedEvent
 
 Row = dict[str, Any]
@@ -32,7 +32,7 @@ class InMemoryTransport:
         self.outputs: dict[str, list[Row]] = {}
         self.sent: list[tuple[Stream, Row]] = []
         self._shard = CoordinatorShard(settings.coordinator)
-        self._quota = QuotaSession(settings.quota)
+        self._quota = QuotaShard(settings.quota)
         self._lock = threading.Lock()  # one coordinator thread: requests are handled one at a time
         self._version = 0
         self._closed = False
@@ -79,13 +79,9 @@ class InMemoryTransport:
             self._keep(tables)
             return list(tables[DECISIONS])
         self._quota.tick(now_ms)
-        decisions, throttles = self._quota.feed(event, now_ms)
-        tables = {
-            QUOTA_DECISIONS: [d.to_row() for d in decisions],
-            THROTTLES: [t.to_row() for t in throttles],
-        }
+        tables = self._quota.feed(event, now_ms)
         self._keep(tables)
-        return tables[QUOTA_DECISIONS]
+        return list(tables[QUOTA_DECISIONS])
 
     def _keep(self, tables: Mapping[str, list[Row]]) -> None:
         for table, rows in tables.items():

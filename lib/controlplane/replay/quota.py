@@ -1,7 +1,7 @@
 """``python -m controlplane replay quota --events FILE --out DIR [--config FILE] [--summary]``
 
 Feeds a JSON Lines file of mutation requests (docs/reference/events.md §3), line by line and in file
-order, through the quota core (one in-memory session holding every bucket; no encoding between
+order, through the quota core (one in-memory shard holding every bucket; no encoding between
 events), and writes ``DIR/quota_decisions.jsonl`` and ``DIR/throttle_events.jsonl``
 (docs/reference/events.md §4). Each bucket's clock is its events' ``event_time_ms``; idle buckets
 are forgotten when a later event of theirs arrives more than an hour after their last recorded
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controlplane.core.config import Settings
-from controlplane.core.quota.runner import DECISIONS, OUTPUTS, THROTTLES, QuotaSession
+from controlplane.core.quota.runner import DECISIONS, OUTPUTS, THROTTLES, QuotaShard
 from controlplane.core.runtime import TimedEvent
 from controlplane.replay.common import replay_main
 
@@ -24,24 +24,22 @@ Rows = Mapping[str, Sequence[Mapping[str, Any]]]
 
 
 class QuotaReplay:
-    """The replay's processor: one quota session, fed event by event."""
+    """The replay's processor: one quota shard, fed event by event."""
 
     def __init__(self, settings: Settings) -> None:
-        self.session = QuotaSession(settings.quota)
+        self.shard = QuotaShard(settings.quota)
         self.errors: Counter[str] = Counter()
         self.throttle_ms_by_key: Counter[str] = Counter()
         self.rejected_topics = 0
 
     def feed(self, event: TimedEvent) -> Rows:
-        decisions, throttles = self.session.feed(event)
-        decision_rows = [decision.to_row() for decision in decisions]
-        throttle_rows = [throttle.to_row() for throttle in throttles]
-        for row in decision_rows:
+        rows = self.shard.feed(event)
+        for row in rows[DECISIONS]:
             self.errors[str(row["error"])] += 1
-        for throttle in throttles:
-            self.throttle_ms_by_key[throttle.quota_key] += throttle.throttle_time_ms
-            self.rejected_topics += len(throttle.rejected_topics)
-        return {DECISIONS: decision_rows, THROTTLES: throttle_rows}
+        for throttle in rows[THROTTLES]:
+            self.throttle_ms_by_key[throttle["quota_key"]] += throttle["throttle_time_ms"]
+            self.rejected_topics += len(throttle["rejected_topics"])
+        return rows
 
     def finish(self) -> Rows:
         return {DECISIONS: [], THROTTLES: []}
@@ -51,7 +49,7 @@ class QuotaReplay:
         lines = [
             f"requests answered: {sum(self.errors.values())} ({answers or 'none'})",
             f"topics rejected with THROTTLING_QUOTA_EXCEEDED: {self.rejected_topics}",
-            f"buckets alive at the end: {len(self.session.buckets)}",
+            f"buckets alive at the end: {len(self.shard.buckets)}",
         ]
         for key, total in self.throttle_ms_by_key.most_common(5):
             lines.append(f"throttled: {key or '(untracked)'} {total} ms in all")

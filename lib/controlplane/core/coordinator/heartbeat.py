@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import bisect
-from operator import attrgetter
-
 from controlplane.core.coordinator import answers, static
 from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.membership import validate_member
 from controlplane.core.coordinator.requests import Heartbeat, RequestType
-from controlplane.core.coordinator.state import Group, GroupPhase, TimerKind, make_timer
+from controlplane.core.coordinator.state import Group, GroupPhase, TimerKind
 from controlplane.core.coordinator.step import Step, make_step
 from controlplane.core.errors import Errors
 
@@ -41,7 +38,6 @@ def _heartbeat_error(d: Draft, request: Heartbeat) -> Errors | None:
 
 
 _LIVE = (GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE, GroupPhase.PREPARING_REBALANCE)
-_TIMER_ORDER = attrgetter("deadline_ms", "seq")
 
 
 def fast_heartbeat(group: Group, request: Heartbeat, now_ms: int) -> Step | None:
@@ -56,16 +52,9 @@ def fast_heartbeat(group: Group, request: Heartbeat, now_ms: int) -> Step | None
         return None
     if header.group_instance_id not in (None, member.group_instance_id):
         return None
-    timer = make_timer(
-        TimerKind.HEARTBEAT, member.member_id, now_ms + member.session_timeout_ms, group.timer_seq
+    updated = group.rescheduled(
+        TimerKind.HEARTBEAT, member.member_id, now_ms + member.session_timeout_ms
     )
-    timers = [
-        t
-        for t in group.timers
-        if t.member_id != member.member_id or t.kind is not TimerKind.HEARTBEAT
-    ]
-    bisect.insort(timers, timer, key=_TIMER_ORDER)
-    updated = group.with_timers(tuple(timers), group.timer_seq + 1)
     error = Errors.NONE
     if group.phase is GroupPhase.PREPARING_REBALANCE:
         error = Errors.REBALANCE_IN_PROGRESS

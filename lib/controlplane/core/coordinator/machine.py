@@ -1,7 +1,11 @@
 """The coordinator of one group as a pure function: ``handle`` one request, ``fire_due`` timers.
 
-The caller (the runner) fires every timer due at or before a request's ``now_ms`` with
-``fire_due`` and then calls ``handle``. Neither reads a clock or mutates its input.
+The same shape as the quota's machine (``core/quota/machine.py``): ``handle(group, request,
+now_ms, config)`` and ``fire_due(group, now_ms, config)`` return a ``Step``: the group
+afterwards (None: it does not exist), the rows (decisions, group events) and, from the group,
+its next deadline. The caller (the shard, runner.py) fires every timer due at or before a
+request's ``now_ms`` with ``fire_due`` and then calls ``handle``. Neither reads a clock or
+mutates its input. Repeated event ids are the shard's concern (``core/idempotence.py``).
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from controlplane.core.coordinator.sync import handle_sync
 from controlplane.core.errors import Errors
 
 
-def next_deadline_ms(group: Group) -> int | None:
-    return timers.next_deadline_ms(group)
+def next_deadline_ms(group: Group | None) -> int | None:
+    """When the group's next timer is due (None: no group, or no timer)."""
+    return None if group is None else group.next_deadline_ms
 
 
 def fire_due(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:

@@ -15,10 +15,11 @@ machine (``machine``) under the clock rules of docs/reference/events.md §6:
   its timers fire, as Kafka does when a coordinator loads a group. Lateness of a timer, not the
   lag of the group's clock, is the measure: a group may be idle for hours (no timer due) and a
   crashed member's session must still expire when its deadline is reached;
-* idempotence: a request whose ``event_id`` is among the group's last 64 handled requests is
-  not handled again; it leaves a ``duplicate_request`` group event. The window lives with the
-  group: when a group ceases to exist (never created, deleted, expired) it leaves the state,
-  and its window with it, so a repeat sent after that is handled as a new request;
+* idempotence (``core/idempotence.py``, the quota's design too): a request whose ``event_id``
+  is among the group's last 64 handled requests is not handled again; it leaves a
+  ``duplicate_request`` group event. The window lives with the group: when a group ceases to
+  exist (never created, deleted, expired) it leaves the state, and its window with it, so a
+  repeat sent after that is handled as a new request;
 * an invalid event (INVALID_REQUEST) never reaches a group and changes no state; it is answered
   at its group's clock or its own event time, whichever is later; with neither, at the latest
   clock among the shard's groups (0 in an empty shard), so the answer does not depend on how
@@ -26,9 +27,9 @@ machine (``machine``) under the clock rules of docs/reference/events.md §6:
 
 The state bytes (version 2) are a version byte and the size of the rest, then one
 ``marshal`` record (stdlib, format 4, as the group codec uses) of the shard's latest time and
-four parallel lists: the group ids, their clocks, their next deadlines and their bodies (the
-idempotence window, an 8-byte digest per event id so the state does not grow with the length
-of ids, then the machine's encoding of the group). A call decodes and re-encodes a shard with a
+four parallel lists: the group ids, their clocks, their next deadlines and the sizes of their
+bodies; then the bodies (the idempotence window, an 8-byte digest per event id, then the
+machine's encoding of the group). A call decodes and re-encodes a shard with a
 few C-level passes over these lists; only the groups its events and due timers reach are
 decoded as groups, and only those that changed are encoded again, so the Python work of a call
 follows the groups it touches, not the shard's size. A version 1 state (one struct header per
@@ -37,7 +38,6 @@ group) is still read, and written back as version 2.
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import struct
 from collections.abc import Sequence
@@ -51,6 +51,7 @@ from controlplane.core.coordinator.records import EventKind, GroupEvent
 from controlplane.core.coordinator.requests import Request, Tick
 from controlplane.core.coordinator.state import Group
 from controlplane.core.coordinator.wire import InvalidEvent, parse_event
+from controlplane.core.idempotence import DIGEST_BYTES, WINDOW, digest, remembered, seen
 from controlplane.core.runtime import RunResult, TimedEvent
 
 Row = dict[str, Any]
@@ -61,10 +62,7 @@ GROUP_EVENTS: Final = "group_events"
 GROUPS: Final = "groups"
 OUTPUTS: Final = (DECISIONS, GROUP_EVENTS, GROUPS)
 
-IDEMPOTENCE_WINDOW: Final = 64
 STATE_VERSION: Final = 2
-_DIGEST_BYTES: Final = 8
-_WINDOW_BYTES: Final = IDEMPOTENCE_WINDOW * _DIGEST_BYTES
 _WINDOW_SIZE: Final = struct.Struct("<H")  # a body starts with its window's digest count
 # Version 2: the version byte and the size of the marshal record that follows.
 _HEADER: Final = struct.Struct("<BI")
@@ -86,33 +84,21 @@ class _Loaded:
     span: tuple[int, int] | None = None  # where its body was in the decoded state's bodies
     changed: bool = False  # the body must be encoded again
 
-    def seen(self, digest: bytes) -> bool:
-        window = self.window
-        at = window.find(digest)
-        while at >= 0:
-            if at % _DIGEST_BYTES == 0:
-                return True
-            at = window.find(digest, at + 1)
-        return False
-
-    def remember(self, digest: bytes) -> None:
-        window = self.window
-        if len(window) >= _WINDOW_BYTES:
-            window = window[len(window) - _WINDOW_BYTES + _DIGEST_BYTES :]
-        self.window = window + digest
+    def remember(self, event_digest: bytes) -> None:
+        self.window = remembered(self.window, event_digest)
         self.changed = True
 
     def body(self) -> bytes:
         window = self.window
-        count = _WINDOW_SIZE.pack(len(window) // _DIGEST_BYTES)
+        count = _WINDOW_SIZE.pack(len(window) // DIGEST_BYTES)
         return b"".join((count, window, codec.encode_group(self.group)))
 
 
 def _load(body: bytes, span: tuple[int, int]) -> _Loaded:
     start = _WINDOW_SIZE.size
     count = _WINDOW_SIZE.unpack_from(body, 0)[0] if len(body) >= start else -1
-    end = start + count * _DIGEST_BYTES
-    if count < 0 or count > IDEMPOTENCE_WINDOW or len(body) < end:
+    end = start + count * DIGEST_BYTES
+    if count < 0 or count > WINDOW or len(body) < end:
         raise ValueError("coordinator state: a group's idempotence window is unreadable")
     return _Loaded(body[start:end], codec.decode_group(body[end:]), span)
 
@@ -150,12 +136,6 @@ class CoordinatorShard:
         self._deleted_at_ms: dict[str, int] = {}
 
     # --- batches -----------------------------------------------------------------------------
-
-    def begin_batch(self) -> None:
-        """Forget which groups the previous batch touched (failover and ``groups`` rows)."""
-        self._touched.clear()
-        self._visited.clear()
-        self._deleted_at_ms.clear()
 
     def group_rows(self) -> list[Row]:
         """The ``groups`` row of every group a request or a timer reached in this batch, with
@@ -316,7 +296,7 @@ class CoordinatorShard:
         slot = self._slot(group_id)
         if slot is not None and not self._advance(slot, time_ms, rows):
             slot = None
-        digest = _digest(request.header.event_id)
+        event_digest = digest(request.header.event_id)
         if slot is None:
             step = machine.handle(None, request, time_ms, self.config)
             self._touched.setdefault(group_id, False)
@@ -327,12 +307,12 @@ class CoordinatorShard:
             loaded = self._loaded[slot]
         else:
             loaded = self._entry(slot)
-            if loaded.seen(digest):
+            if seen(loaded.window, event_digest):
                 rows[GROUP_EVENTS].append(_duplicate(request, self._clocks[slot]))
                 return
             self._touched.setdefault(group_id, False)
             step = machine.handle(loaded.group, request, self._clocks[slot], self.config)
-        loaded.remember(digest)
+        loaded.remember(event_digest)
         self._apply(slot, step, rows)
 
     def _create(self, group_id: str, now_ms: int, group: Group) -> int:
@@ -364,7 +344,7 @@ class CoordinatorShard:
         if loaded.group is not group:
             loaded.group = group
             loaded.changed = True
-        self._deadlines[slot] = machine.next_deadline_ms(group)
+        self._deadlines[slot] = step.next_deadline_ms
         return True
 
     # --- the envelope --------------------------------------------------------------------------
@@ -523,12 +503,6 @@ class CoordinatorRunner:
             shard.tick_into(tick_ms, outputs)
         outputs[GROUPS] = shard.group_rows()
         return RunResult(shard.encode(), outputs, shard.next_deadline_ms())
-
-
-def _digest(event_id: str) -> bytes:
-    """8 bytes of BLAKE2b: a state that does not grow with the length of event ids. Two ids of
-    one window collide with a chance of about 64 in 2**64."""
-    return hashlib.blake2b(event_id.encode("utf-8"), digest_size=_DIGEST_BYTES).digest()
 
 
 def _emit(step: machine.Step, rows: Rows) -> None:

@@ -7,9 +7,11 @@ named deadlines kept in the state (§0.2-2); ``timers.py`` reads them.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from operator import attrgetter
 from typing import Final
 
 from controlplane.core.coordinator.requests import Protocol
@@ -223,8 +225,19 @@ class Group:
                 return member.member_id
         return None
 
-    def with_timers(self, timers: tuple[Timer, ...], timer_seq: int) -> Group:
-        """A copy with other timers (the heartbeat fast path; quicker than ``replace``)."""
+    @property
+    def next_deadline_ms(self) -> int | None:
+        """When the group's next timer is due (its timers are in order: the head)."""
+        timers = self.timers
+        return timers[0].deadline_ms if timers else None
+
+    def rescheduled(self, kind: TimerKind, member_id: str, deadline_ms: int) -> Group:
+        """``Draft.schedule`` on a frozen group, for the heartbeat fast path (no thaw): the
+        key's pending timer replaced by one due at ``deadline_ms`` with the group's next
+        sequence, the timers kept in (deadline, sequence) order."""
+        timer = make_timer(kind, member_id, deadline_ms, self.timer_seq)
+        timers = [t for t in self.timers if t.member_id != member_id or t.kind is not kind]
+        bisect.insort(timers, timer, key=_TIMER_ORDER)
         return make_group(
             self.group_id,
             self.phase,
@@ -237,13 +250,16 @@ class Group:
             self.pending_join_members,
             self.pending_sync_members,
             self.new_member_added,
-            timers,
-            timer_seq,
+            tuple(timers),
+            self.timer_seq + 1,
             self.offsets,
             self.empty_since_ms,
             self.last_commit_ms,
             self.expansion_queue,
         )
+
+
+_TIMER_ORDER: Final = attrgetter("deadline_ms", "seq")
 
 
 def registration_deadline_ms(members: Iterable[Member], timeout_ms: int | None) -> int | None:

@@ -1,4 +1,4 @@
-"""What one call of the machine returns."""
+"""What one call of the machine returns: the group afterwards, the rows, the next deadline."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ class Step:
     group: Group | None  # None: the group does not exist (never created, deleted, expired)
     decisions: tuple[Decision, ...]  # the request's own answer first, then released answers
     events: tuple[GroupEvent, ...]
+
+    @property
+    def next_deadline_ms(self) -> int | None:
+        """When the group's next timer is due (None: no group, or no timer)."""
+        return None if self.group is None else self.group.next_deadline_ms
 
 
 make_step = fast_constructor(Step)  # quick constructor (``frozen.py``)

@@ -2,17 +2,21 @@
 
 A timer is keyed by (kind, member id); scheduling a key replaces its pending timer. Due timers
 fire in (deadline, scheduling sequence) order, each with the clock at its own deadline.
+
+A frozen ``Group`` keeps its timers in that order, so its next timer is the head
+(``Group.next_deadline_ms``, ``machine.fire_due``). A step's ``Draft`` keeps them by key, so that
+scheduling replaces in place, and ``Draft.freeze`` puts them back in order; while timers fire,
+``pop_due`` takes the earliest due one from the draft's keys (firing one may schedule another).
+Keeping the group's timers sorted costs a sort at freeze and an insertion on the heartbeat fast
+path (``Group.rescheduled``), and saves a scan per step: the two cost the same on a 10-member
+group (~1.4 µs a step either way), and the heartbeat, the commonest request, is cheaper sorted.
 """
 
 from __future__ import annotations
 
 from controlplane.core.coordinator import expiry, offsets, static
 from controlplane.core.coordinator.draft import Draft
-from controlplane.core.coordinator.state import Group, Timer, TimerKind
-
-
-def next_deadline_ms(group: Group) -> int | None:
-    return min((t.deadline_ms for t in group.timers), default=None)
+from controlplane.core.coordinator.state import Timer, TimerKind
 
 
 def pop_due(d: Draft, now_ms: int) -> Timer | None:

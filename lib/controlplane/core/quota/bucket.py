@@ -40,15 +40,14 @@ class Bucket:
 
     ``last_update_ms`` is the bucket's own time (every touch refills and moves it to now);
     ``last_record_ms`` is the sensor's last recorded mutation (idle expiry, §4.5);
-    ``recent_event_ids`` are the ids of the key's last requests (idempotence window);
     ``handled_ms`` is when the key's last event was handled, whether or not it touched the
     tokens (a request with no topic to check, an uncharged validate-only, a repeated id).
+    The key's idempotence window is kept beside the bucket, by the shard (runner.py).
     """
 
     tokens: float
     last_update_ms: int
     last_record_ms: int
-    recent_event_ids: tuple[str, ...] = ()
     handled_ms: int = 0
 
     @property
@@ -84,7 +83,6 @@ def handled_at(bucket: Bucket, now_ms: int) -> Bucket:
         tokens=bucket.tokens,
         last_update_ms=bucket.last_update_ms,
         last_record_ms=bucket.last_record_ms,
-        recent_event_ids=bucket.recent_event_ids,
         handled_ms=now_ms,
     )
 

@@ -1,16 +1,19 @@
 """A versioned, compact, exact encoding of a Spark key's buckets (one quota key, or a shard).
 
-Layout (big-endian), schema version 2::
+Layout (big-endian), schema version 3::
 
     b"QB" | version u8 | bucket count u32 |
     per bucket: key (u32 length + UTF-8) | tokens f64 | last_update_ms i64 | last_record_ms i64 |
-                handled_ms i64 | id count u16 | id lengths (u32 each) | ids (UTF-8, concatenated)
+                handled_ms i64 | digest count u16 | digests (8 bytes each, oldest first)
 
-Version 1 (still read) has no ``handled_ms``; it decodes as 0, so the key's clock is its last
-touch or creation, as version 1 knew it. Doubles are stored as their 8 IEEE bytes, so tokens
-round-trip bit for bit (negative zero included). Buckets are written in key order, so equal
-states give equal bytes. A version this code does not know is refused with ``StateCodecError``
-rather than misread.
+The digests are the bucket's idempotence window (``core/idempotence.py``). Versions 1 and 2 are
+still read: they kept the window's event ids as text (u32 lengths, then the UTF-8 bytes), which
+decode as their digests, so a repeat of an id a checkpoint remembers is still recognised;
+version 1 has no ``handled_ms`` (it decodes as 0, so the key's clock is its last touch or
+creation, as version 1 knew it). A state is always written as version 3. Doubles are stored as
+their 8 IEEE bytes, so tokens round-trip bit for bit (negative zero included). Buckets are
+written in key order, so equal states give equal bytes. A version this code does not know is
+refused with ``StateCodecError`` rather than misread.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import struct
 from collections.abc import Mapping
 from typing import Final
 
+from controlplane.core.idempotence import DIGEST_BYTES, WINDOW, digest
 from controlplane.core.quota.bucket import Bucket, make_bucket
 
 MAGIC: Final = b"QB"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 _HEADER: Final = struct.Struct(">2sBI")
-_BODY: Final = struct.Struct(">dqqqH")
+_BODY: Final = struct.Struct(">dqqqH")  # versions 2 and 3
 _BODY_V1: Final = struct.Struct(">dqqH")
 _LENGTH: Final = struct.Struct(">I")
 
@@ -38,25 +42,23 @@ def _text(value: str) -> bytes:
     return _LENGTH.pack(len(data)) + data
 
 
-def encode(buckets: Mapping[str, Bucket]) -> bytes:
+def encode(buckets: Mapping[str, Bucket], windows: Mapping[str, bytes]) -> bytes:
+    """Every bucket with its window (``windows`` has the same keys; a missing one is empty)."""
     parts = [_HEADER.pack(MAGIC, SCHEMA_VERSION, len(buckets))]
     for key in sorted(buckets):
         bucket = buckets[key]
+        window = windows.get(key, b"")
         parts.append(_text(key))
-        ids = bucket.recent_event_ids
         parts.append(
             _BODY.pack(
                 bucket.tokens,
                 bucket.last_update_ms,
                 bucket.last_record_ms,
                 bucket.handled_ms,
-                len(ids),
+                len(window) // DIGEST_BYTES,
             )
         )
-        if ids:
-            encoded = [event_id.encode("utf-8") for event_id in ids]
-            parts.append(struct.pack(f">{len(encoded)}I", *map(len, encoded)))
-            parts.extend(encoded)
+        parts.append(window)
     return b"".join(parts)
 
 
@@ -86,6 +88,17 @@ class _Reader:
         self.offset = end
         return value
 
+    def digests(self, count: int) -> bytes:
+        """A window of ``count`` digests (version 3)."""
+        if count > WINDOW:
+            raise StateCodecError(f"quota state holds a window of {count} ids (at most {WINDOW})")
+        end = self.offset + count * DIGEST_BYTES
+        if end > len(self.data):
+            raise StateCodecError("quota state is truncated")
+        window = self.data[self.offset : end]
+        self.offset = end
+        return window
+
     def texts(self, count: int) -> tuple[str, ...]:
         """``count`` strings: their u32 lengths first, then their bytes."""
         if count == 0:
@@ -105,20 +118,22 @@ class _Reader:
         return tuple(values)
 
 
-def decode(data: bytes | None) -> dict[str, Bucket]:
+def decode(data: bytes | None) -> tuple[dict[str, Bucket], dict[str, bytes]]:
+    """The buckets and their windows, by key (both empty for no state)."""
     if not data:
-        return {}
+        return {}, {}
     reader = _Reader(bytes(data))
     magic, version, count = reader.take(_HEADER)
     if magic != MAGIC:
         raise StateCodecError("not a quota state (bad magic bytes)")
-    if version not in (1, SCHEMA_VERSION):
+    if version not in (1, 2, SCHEMA_VERSION):
         raise StateCodecError(
             f"quota state schema version {version} is not supported (this code reads 1 to "
             f"{SCHEMA_VERSION}); was it written by a newer release?"
         )
     assert isinstance(count, int)
     buckets: dict[str, Bucket] = {}
+    windows: dict[str, bytes] = {}
     for _ in range(count):
         key = reader.text()
         if version == 1:
@@ -131,8 +146,11 @@ def decode(data: bytes | None) -> dict[str, Bucket]:
         assert isinstance(last_update_ms, int)
         assert isinstance(last_record_ms, int)
         assert isinstance(handled_ms, int)
-        ids = reader.texts(id_count)
-        buckets[key] = make_bucket(tokens, last_update_ms, last_record_ms, ids, handled_ms)
+        if version == SCHEMA_VERSION:
+            windows[key] = reader.digests(id_count)
+        else:  # the ids as text: their digests, oldest first
+            windows[key] = b"".join(map(digest, reader.texts(id_count)[-WINDOW:]))
+        buckets[key] = make_bucket(tokens, last_update_ms, last_record_ms, handled_ms)
     if reader.offset != len(reader.data):
         raise StateCodecError("quota state has trailing bytes")
-    return buckets
+    return buckets, windows

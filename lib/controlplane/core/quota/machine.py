@@ -1,7 +1,13 @@
-"""One mutation request against one quota key's bucket (docs/reference/mutation-quota.md §2-§4).
+"""The quota of one key as a pure function: ``handle`` one request, ``fire_due`` the expiry timer
+(docs/reference/mutation-quota.md §2-§4).
 
-``handle`` is the whole transition: ``(bucket, request, resolution, config, now) -> (bucket,
-decision, throttle event)``. It never reads a clock and never mutates its inputs.
+The same shape as the coordinator's machine (``core/coordinator/machine.py``): ``handle(bucket,
+request, now_ms, config, resolution)`` and ``fire_due(bucket, now_ms, config)`` return a
+``Step``: the key's bucket afterwards (None: the key has none), the rows (decisions, throttle
+events) and, from the bucket, the key's next deadline. The caller (the shard, runner.py) fires
+the key's due timer with ``fire_due`` before it calls ``handle``. Neither reads a clock or
+mutates its input. A request's bucket and rate come from the configuration, not the request:
+``resolution`` is that lookup, made once per request by the shard.
 
 * Strict (§2.2): topic by topic, refill; tokens < 0 rejects the topic with
   THROTTLING_QUOTA_EXCEEDED (nothing deducted, throttle from the tokens before it); otherwise the
@@ -15,8 +21,11 @@ decision, throttle event)``. It never reads a clock and never mutates its inputs
   neither is charged (Kafka checks both before the quota, §3).
 * Validate-only requests are charged unless ``controller.quota.validate.only.charged`` is false;
   then they touch nothing.
-* A repeated ``event_id`` among the key's last ``RECENT_EVENT_IDS_MAX`` charged requests is not
-  charged again and gets no second row.
+* The idle expiry (§4.5) is the key's one timer, due at ``Bucket.expires_at_ms``: ``fire_due``
+  forgets the bucket (a timer emits no row).
+
+Repeated event ids are the shard's concern (``core/idempotence.py``): the shard remembers the
+requests ``charged`` says were charged, and answers a repeat without calling ``handle``.
 """
 
 from __future__ import annotations
@@ -52,7 +61,6 @@ from controlplane.core.quota.requests import (
 )
 from controlplane.core.quota.resolution import Resolution
 
-RECENT_EVENT_IDS_MAX: Final = 64
 NONE: Final = Errors.NONE
 THROTTLED: Final = Errors.THROTTLING_QUOTA_EXCEEDED
 INVALID: Final = Errors.INVALID_REQUEST
@@ -145,9 +153,35 @@ def _response_throttle(violation_tokens: float | None, rate_per_s: float, now_ms
 
 
 class Step(NamedTuple):
-    bucket: Bucket | None  # the key's bucket afterwards (None: the key has none)
-    decision: QuotaDecision | None  # None: a duplicate event_id, answered before
-    throttle: ThrottleEvent | None
+    bucket: Bucket | None  # the key's bucket afterwards (None: the key has none, or it expired)
+    decisions: tuple[QuotaDecision, ...]  # the request's answer (none for a timer)
+    throttles: tuple[ThrottleEvent, ...]  # its throttle event, if it was throttled or rejected
+
+    @property
+    def next_deadline_ms(self) -> int | None:
+        return next_deadline_ms(self.bucket)
+
+
+def next_deadline_ms(bucket: Bucket | None) -> int | None:
+    """The key's one timer: its bucket's idle expiry (none without a bucket)."""
+    return None if bucket is None else bucket.expires_at_ms
+
+
+def fire_due(bucket: Bucket, now_ms: int, config: QuotaConfig) -> Step:
+    """The expiry timer, if due at ``now_ms``: the sensor idled out, the bucket is forgotten
+    (§4.5), and its debt with it; a timer emits no row. Otherwise the bucket, unchanged."""
+    if bucket.expires_at_ms <= now_ms:
+        return Step(None, (), ())
+    return Step(bucket, (), ())
+
+
+def charged(request: MutationRequest, resolution: Resolution, config: QuotaConfig) -> bool:
+    """Whether the request is charged to a bucket: it has one (a quota was configured for its
+    key) and is not a validate-only that ``controller.quota.validate.only.charged: false`` lets
+    through untouched."""
+    return resolution.quota_key is not None and (
+        config.controller_quota_validate_only_charged or not request.validate_only
+    )
 
 
 def duplicated_names(topics: Sequence[TopicMutation]) -> frozenset[str]:
@@ -192,31 +226,25 @@ def refused_before_quota(request: MutationRequest) -> tuple[Errors | None, ...] 
 def handle(
     bucket: Bucket | None,
     request: MutationRequest,
-    resolution: Resolution,
-    config: QuotaConfig,
     now_ms: int,
+    config: QuotaConfig,
+    resolution: Resolution,
 ) -> Step:
-    """Answer ``request`` at ``now_ms`` (the key's clock, already advanced and expired)."""
+    """Answer ``request`` at ``now_ms`` (the key's clock; its due timer has already fired)."""
     quota_key = resolution.quota_key
-    event_id = request.event_id
-    if bucket is not None and quota_key is not None and event_id in bucket.recent_event_ids:
-        return Step(handled_at(bucket, now_ms), None, None)
-    charged = quota_key is not None and (
-        config.controller_quota_validate_only_charged or not request.validate_only
-    )
     refused = refused_before_quota(request)
     valid = (
         request.topics
         if refused is None
         else [topic for topic, error in zip(request.topics, refused, strict=True) if error is None]
     )
-    if not charged:
+    if not charged(request, resolution, config):
         decision = _decision(request, resolution, [True] * len(valid), refused, 0, now_ms)
         if quota_key is None:
-            return Step(bucket, decision, None)  # nothing tracked: no sensor, no key, no clock
+            return Step(bucket, (decision,), ())  # nothing tracked: no sensor, no key, no clock
         # An uncharged validate-only: ZK mode creates the sensor before it looks at the flag.
         tracked = new_bucket(now_ms) if bucket is None else handled_at(bucket, now_ms)
-        return Step(tracked, decision, None)
+        return Step(tracked, (decision,), ())
     rate_per_s = resolution.rate_per_s
     rate_used = UNLIMITED_RATE_PER_S if rate_per_s is None else rate_per_s
     burst = burst_of(
@@ -228,23 +256,29 @@ def handle(
     partitions = [topic.partitions for topic in valid]
     admission = admit(current.tokens, current.last_update_ms, partitions, rate_used, burst, now_ms)
     tokens, admitted, recorded, throttle_ms = admission
-    # The key's last RECENT_EVENT_IDS_MAX ids, this one last (concatenation: quicker to build).
-    recent = current.recent_event_ids[-(RECENT_EVENT_IDS_MAX - 1) :] + (event_id,)  # noqa: RUF005
     # Positional arguments, in field order: keywords cost twice as much to pass on the hot path.
     updated = make_bucket(
         tokens,
         now_ms if partitions else current.last_update_ms,  # last_update_ms
         now_ms if recorded else current.last_record_ms,  # last_record_ms
-        recent,  # recent_event_ids
         now_ms,  # handled_ms
     )
     decision = _decision(request, resolution, admitted, refused, throttle_ms, now_ms)
-    throttle = None
+    throttles: tuple[ThrottleEvent, ...] = ()
     if throttle_ms > 0 or not all(admitted):
-        throttle = _throttle_event(
-            request, resolution, mode, burst, admission, valid, now_ms, unlimited=rate_per_s is None
+        throttles = (
+            _throttle_event(
+                request,
+                resolution,
+                mode,
+                burst,
+                admission,
+                valid,
+                now_ms,
+                unlimited=rate_per_s is None,
+            ),
         )
-    return tuple.__new__(Step, (updated, decision, throttle))  # Step(...), see Admission
+    return tuple.__new__(Step, (updated, (decision,), throttles))  # Step(...), see Admission
 
 
 def _decision(

@@ -1,17 +1,24 @@
-"""The quota's shell contract (``controlplane.core.runtime.Runner``) and its in-memory session.
+"""Many buckets behind one key: the quota's runner (core.runtime.Runner) and its shard.
 
-A Spark key holds every bucket of its events: one ``quota_key``, or many under shard keying.
-Each bucket keeps its own clock (``now_ms = max(bucket clock, event time)``) and its own idle
-expiry timer, so results do not depend on how quota keys are grouped into Spark keys:
+A :class:`QuotaShard` holds the buckets of one Spark key (one ``quota_key``, many under shard
+keying, every one in a replay) and feeds wire events to the one-bucket state machine
+(``machine``), as the coordinator's ``CoordinatorShard`` feeds its groups: same methods
+(``feed``, ``tick``, ``next_deadline_ms``, ``encode``, ``decode``), same clock rules
+(docs/reference/events.md §6), same idempotence window. Each bucket keeps its own clock
+(``now_ms = max(bucket clock, event time)``) and its own idle expiry timer, so results do not
+depend on how quota keys are grouped into Spark keys:
 
-* before an event is handled, its own bucket's expiry timer fires if due (the bucket and its
-  clock are forgotten; a timer emits no row);
-* after the batch's events, the tick fires every due timer of the Spark key;
+* before an event is handled, its own bucket's expiry timer fires if due (``machine.fire_due``:
+  the bucket, its clock and its window are forgotten; a timer emits no row);
+* a ``tick`` (after the batch's events) fires every due timer of the Spark key;
+* idempotence (``core/idempotence.py``, the coordinator's design too): a request whose
+  ``event_id`` is among the bucket's last 64 charged requests is not charged again and gets no
+  row; it moves the bucket's clock. The window lives and expires with its bucket;
 * ``next_deadline_ms`` is the earliest expiry of the key's buckets; no bucket = no state.
 
 Events that resolve to no bucket (no quota ever configured) are admitted and decided at their
 own time. A line that is not a JSON object or an event with a bad field gets an INVALID_REQUEST
-row decided at its handling time (the tick when it has none).
+row decided at its handling time (the tick when it has none), or at its key's clock when later.
 """
 
 from __future__ import annotations
@@ -21,20 +28,21 @@ from typing import Any, Final
 
 from controlplane.core.config import QuotaConfig
 from controlplane.core.errors import Errors
+from controlplane.core.idempotence import digest, remembered, seen
 from controlplane.core.jsonwire import long_or_none
-from controlplane.core.quota import codec
-from controlplane.core.quota.bucket import Bucket
-from controlplane.core.quota.machine import handle
-from controlplane.core.quota.records import QuotaDecision, ThrottleEvent
+from controlplane.core.quota import codec, machine
+from controlplane.core.quota.bucket import Bucket, handled_at
+from controlplane.core.quota.records import QuotaDecision
 from controlplane.core.quota.resolution import QuotaIndex, index_for
 from controlplane.core.quota.wire import Invalid, parse_request
 from controlplane.core.runtime import RunResult, TimedEvent
 
+Row = dict[str, Any]
+Rows = dict[str, list[Row]]
+
 DECISIONS: Final = "quota_decisions"
 THROTTLES: Final = "throttle_events"
 OUTPUTS: Final = (DECISIONS, THROTTLES)
-
-Records = tuple[list[QuotaDecision], list[ThrottleEvent]]
 
 
 def _echo(event: Mapping[str, Any], name: str) -> str | None:
@@ -72,48 +80,90 @@ def _invalid(
     )
 
 
-class QuotaSession:
-    """The buckets of one Spark key (or of a whole replay), fed one event at a time."""
+class QuotaShard:
+    """The mutable, in-memory holder of a Spark key's buckets; ``run`` and the replay build on
+    it. ``buckets`` and ``windows`` (each bucket's idempotence window) share their keys."""
 
-    def __init__(
-        self,
-        config: QuotaConfig,
-        buckets: dict[str, Bucket] | None = None,
-        index: QuotaIndex | None = None,
-    ) -> None:
+    def __init__(self, config: QuotaConfig) -> None:
         self.config = config
-        self.index: QuotaIndex = index_for(config) if index is None else index
-        self.buckets: dict[str, Bucket] = {} if buckets is None else buckets
+        self.index: QuotaIndex = index_for(config)  # cached per configuration object
+        self.buckets: dict[str, Bucket] = {}
+        self.windows: dict[str, bytes] = {}
 
-    def feed(self, event: TimedEvent, tick_ms: int | None = None) -> Records:
+    # --- events --------------------------------------------------------------------------------
+
+    def feed(self, event: TimedEvent, tick_ms: int | None = None) -> Rows:
+        """Handle one wire event; returns its quota_decisions and throttle_events rows.
+        ``tick_ms`` decides an invalid event that has no time of its own."""
+        rows: Rows = {DECISIONS: [], THROTTLES: []}
+        self.feed_into(event, rows, tick_ms)
+        return rows
+
+    def feed_into(self, event: TimedEvent, rows: Rows, tick_ms: int | None = None) -> None:
+        """``feed``, appending the rows to ``rows`` (a decisions and a throttles list)."""
         if event.error is not None:
             where = f" (line {event.line})" if event.line else ""
             message = f"the event is not a JSON object: {event.error}{where}"
-            return [_invalid(event, message, tick_ms)], []
+            rows[DECISIONS].append(_invalid(event, message, tick_ms).to_row())
+            return
         parsed = parse_request(event.event)
         if isinstance(parsed, Invalid):
             message = parsed.message(event.line)
-            return [_invalid(event, message, tick_ms, self._clock_of(event.event))], []
+            clock_ms = self._clock_of(event.event)
+            rows[DECISIONS].append(_invalid(event, message, tick_ms, clock_ms).to_row())
+            return
         time_ms = parsed.event_time_ms if event.time_ms is None else event.time_ms
         resolution = self.index.resolve(parsed.user, parsed.client_id)
         key = resolution.quota_key
-        if key is None:
-            step = handle(None, parsed, resolution, self.config, time_ms)
-        else:
-            bucket = self.buckets.get(key)
-            now_ms = time_ms
-            if bucket is not None:
-                now_ms = max(bucket.clock_ms, time_ms)
-                if now_ms >= bucket.expires_at_ms:  # the expiry timer fires first
-                    bucket = None
-                    del self.buckets[key]
-                    now_ms = time_ms
-            step = handle(bucket, parsed, resolution, self.config, now_ms)
-            if step.bucket is not None:
-                self.buckets[key] = step.bucket
-        decisions = [] if step.decision is None else [step.decision]
-        throttles = [] if step.throttle is None else [step.throttle]
-        return decisions, throttles
+        if key is None:  # nothing tracked: no bucket, no clock, no window
+            _emit(machine.handle(None, parsed, time_ms, self.config, resolution), rows)
+            return
+        bucket = self.buckets.get(key)
+        now_ms = time_ms
+        if bucket is not None:
+            now_ms = max(bucket.clock_ms, time_ms)
+            bucket = self._fire_due(key, bucket, now_ms)
+            if bucket is None:  # it expired: its clock went with it
+                now_ms = time_ms
+        event_digest = digest(parsed.event_id)
+        if bucket is not None and seen(self.windows[key], event_digest):
+            self.buckets[key] = handled_at(bucket, now_ms)  # answered before: no row
+            return
+        step = machine.handle(bucket, parsed, now_ms, self.config, resolution)
+        _emit(step, rows)
+        assert step.bucket is not None  # a request with a key always leaves it a bucket
+        self.buckets[key] = step.bucket
+        window = self.windows.get(key, b"")
+        if machine.charged(parsed, resolution, self.config):
+            window = remembered(window, event_digest)
+        self.windows[key] = window
+
+    def tick(self, now_ms: int) -> Rows:
+        """Fire every timer due at ``now_ms`` (the expiries emit no rows)."""
+        rows: Rows = {DECISIONS: [], THROTTLES: []}
+        self.tick_into(now_ms, rows)
+        return rows
+
+    def tick_into(self, now_ms: int, rows: Rows) -> None:
+        """``tick``; ``rows`` is there for the shape of ``feed_into`` (a timer emits none).
+        A bucket's clock does not move with a tick: only an event of its own moves it."""
+        buckets = self.buckets
+        due = [key for key, bucket in buckets.items() if bucket.expires_at_ms <= now_ms]
+        for key in due:
+            self._fire_due(key, buckets[key], now_ms)
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [machine.next_deadline_ms(bucket) for bucket in self.buckets.values()]
+        return min([d for d in deadlines if d is not None], default=None)
+
+    def _fire_due(self, key: str, bucket: Bucket, now_ms: int) -> Bucket | None:
+        """The key's timer, if due; returns its bucket afterwards (None: forgotten, with its
+        window)."""
+        step = machine.fire_due(bucket, now_ms, self.config)
+        if step.bucket is None:
+            del self.buckets[key]
+            del self.windows[key]
+        return step.bucket
 
     def _clock_of(self, raw: Mapping[str, Any]) -> int | None:
         """The clock of a malformed event's key, when its user and client_id name one that has
@@ -127,46 +177,42 @@ class QuotaSession:
         bucket = None if key is None else self.buckets.get(key)
         return None if bucket is None else bucket.clock_ms
 
-    def tick(self, tick_ms: int) -> None:
-        """Fire every expiry timer due at ``tick_ms`` (they emit no rows)."""
-        due = [key for key, bucket in self.buckets.items() if bucket.expires_at_ms <= tick_ms]
-        for key in due:
-            del self.buckets[key]
+    # --- the envelope --------------------------------------------------------------------------
 
-    def next_deadline_ms(self) -> int | None:
-        if not self.buckets:
-            return None
-        return min(bucket.expires_at_ms for bucket in self.buckets.values())
+    def encode(self) -> bytes | None:
+        """The shard's state bytes (``codec``); None when no bucket is left (the key can be
+        forgotten)."""
+        return codec.encode(self.buckets, self.windows) if self.buckets else None
+
+    @classmethod
+    def decode(cls, data: bytes | None, config: QuotaConfig) -> QuotaShard:
+        """A shard from its state bytes (None: an empty shard). Raises ``StateCodecError`` (a
+        ValueError) if they cannot be read."""
+        shard = cls(config)
+        shard.buckets, shard.windows = codec.decode(data)
+        return shard
 
 
 class QuotaRunner:
-    """``Runner`` for the quota: decode the key's buckets, feed the events, tick, encode."""
+    """core.runtime.Runner for the quota: decode, feed the batch, tick, encode."""
 
     def __init__(self, config: QuotaConfig) -> None:
         self.config = config
-        self.index = index_for(config)  # once per configuration object, shared by every key
-
-    def session(self, state: bytes | None = None) -> QuotaSession:
-        return QuotaSession(self.config, codec.decode(state), self.index)
 
     def run(
-        self,
-        state: bytes | None,
-        events: Sequence[TimedEvent],
-        tick_ms: int | None,
+        self, state: bytes | None, events: Sequence[TimedEvent], tick_ms: int | None
     ) -> RunResult:
-        session = self.session(state)
-        decisions: list[dict[str, Any]] = []
-        throttles: list[dict[str, Any]] = []
+        shard = QuotaShard.decode(state, self.config)
+        outputs: Rows = {DECISIONS: [], THROTTLES: []}
         for event in events:
-            fed_decisions, fed_throttles = session.feed(event, tick_ms)
-            decisions.extend(decision.to_row() for decision in fed_decisions)
-            throttles.extend(throttle.to_row() for throttle in fed_throttles)
+            shard.feed_into(event, outputs, tick_ms)
         if tick_ms is not None:
-            session.tick(tick_ms)
-        encoded = codec.encode(session.buckets) if session.buckets else None
-        return RunResult(
-            state=encoded,
-            outputs={DECISIONS: decisions, THROTTLES: throttles},
-            next_deadline_ms=session.next_deadline_ms(),
-        )
+            shard.tick_into(tick_ms, outputs)
+        return RunResult(shard.encode(), outputs, shard.next_deadline_ms())
+
+
+def _emit(step: machine.Step, rows: Rows) -> None:
+    if step.decisions:
+        rows[DECISIONS] += [decision.to_row() for decision in step.decisions]
+    if step.throttles:
+        rows[THROTTLES] += [throttle.to_row() for throttle in step.throttles]
