@@ -80,6 +80,7 @@ def local_conf() -> dict[str, str]:
     name = checkpoint_manager_class()
     return {CHECKPOINT_MANAGER_KEY: name} if name else {}
 
+
 DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
