@@ -18,6 +18,8 @@ from controlplane.core.coordinator.state import (
     GroupPhase,
     Member,
     ParkedRequest,
+    StoredOffset,
+    Timer,
     TimerKind,
     make_group,
     make_member,
@@ -30,7 +32,6 @@ VERSION: Final = 1
 _PHASES: Final = tuple(GroupPhase)
 _PHASE_CODE: Final = {phase: i for i, phase in enumerate(_PHASES)}
 _KINDS: Final = {kind.value: kind for kind in TimerKind}
-_KIND_CODE: Final = {kind: kind.value for kind in TimerKind}  # quicker than ``.value``
 _MARSHAL_VERSION: Final = 4
 
 
@@ -72,7 +73,7 @@ def encode_group(group: Group) -> bytes:
         list(group.pending_sync_members),
         group.new_member_added,
         [
-            [_KIND_CODE[t.kind], t.member_id, t.deadline_ms, t.seq, t.delay_ms, t.remaining_ms]
+            [t.kind.value, t.member_id, t.deadline_ms, t.seq, t.delay_ms, t.remaining_ms]
             for t in group.timers
         ],
         group.timer_seq,
@@ -85,25 +86,28 @@ def encode_group(group: Group) -> bytes:
 
 
 def _unparked(raw: list[Any] | None) -> ParkedRequest | None:
-    return None if raw is None else make_parked(raw[0], raw[1], raw[2], raw[3])
+    if raw is None:
+        return None
+    return make_parked(
+        event_id=raw[0], event_time_ms=raw[1], request_version=raw[2], group_instance_id=raw[3]
+    )
 
 
 def _unmember(raw: list[Any]) -> Member:
-    # Positional, in the order of Member's fields (the order ``_member`` writes).
     return make_member(
-        raw[0],
-        raw[1],
-        raw[2],
-        raw[3],
-        raw[4],
-        raw[5],
-        raw[6],
-        tuple([make_protocol(name, metadata) for name, metadata in raw[7]]),
-        raw[8],
-        _unparked(raw[9]),
-        _unparked(raw[10]),
-        raw[11],
-        raw[12],
+        member_id=raw[0],
+        group_instance_id=raw[1],
+        client_id=raw[2],
+        client_host=raw[3],
+        rebalance_timeout_ms=raw[4],
+        session_timeout_ms=raw[5],
+        protocol_type=raw[6],
+        protocols=tuple([make_protocol(name=name, metadata=data) for name, data in raw[7]]),
+        assignment=raw[8],
+        awaiting_join=_unparked(raw[9]),
+        awaiting_sync=_unparked(raw[10]),
+        is_new=raw[11],
+        offline_since_ms=raw[12],
     )
 
 
@@ -122,23 +126,39 @@ def decode_group(data: bytes) -> Group:
 
 
 def _ungroup(raw: list[Any]) -> Group:
-    # Positional, in the order of Group's fields (the order ``encode_group`` writes).
     return make_group(
-        raw[0],
-        _PHASES[raw[1]],
-        _PHASES[raw[2]],
-        raw[3],
-        raw[4],
-        raw[5],
-        raw[6],
-        tuple(map(_unmember, raw[7])),
-        tuple(raw[8]),
-        tuple(raw[9]),
-        raw[10],
-        tuple([make_timer(_KINDS[t[0]], t[1], t[2], t[3], t[4], t[5]) for t in raw[11]]),
-        raw[12],
-        tuple([make_offset(o[0], o[1], o[2], o[3], o[4]) for o in raw[13]]),
-        raw[14],
-        raw[15],
-        tuple(map(_unmember, raw[16])),
+        group_id=raw[0],
+        phase=_PHASES[raw[1]],
+        previous_phase=_PHASES[raw[2]],
+        generation_id=raw[3],
+        protocol_type=raw[4],
+        protocol_name=raw[5],
+        leader_id=raw[6],
+        members=tuple(map(_unmember, raw[7])),
+        pending_join_members=tuple(raw[8]),
+        pending_sync_members=tuple(raw[9]),
+        new_member_added=raw[10],
+        timers=tuple(map(_untimer, raw[11])),
+        timer_seq=raw[12],
+        offsets=tuple(map(_unoffset, raw[13])),
+        empty_since_ms=raw[14],
+        last_commit_ms=raw[15],
+        expansion_queue=tuple(map(_unmember, raw[16])),
+    )
+
+
+def _untimer(raw: list[Any]) -> Timer:
+    return make_timer(
+        kind=_KINDS[raw[0]],
+        member_id=raw[1],
+        deadline_ms=raw[2],
+        seq=raw[3],
+        delay_ms=raw[4],
+        remaining_ms=raw[5],
+    )
+
+
+def _unoffset(raw: list[Any]) -> StoredOffset:
+    return make_offset(
+        topic=raw[0], partition=raw[1], offset=raw[2], metadata=raw[3], commit_time_ms=raw[4]
     )

@@ -12,15 +12,12 @@ import dataclasses
 from collections.abc import Collection
 from enum import Enum
 from operator import attrgetter, is_
-from typing import Final, TypeVar
+from typing import TypeVar
 
 from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator import answers
 from controlplane.core.coordinator.records import Decision, EventKind, GroupEvent, make_event
 from controlplane.core.coordinator.state import (
-    COMPLETING_REBALANCE,
-    EMPTY,
-    STABLE,
     Group,
     GroupPhase,
     Member,
@@ -35,8 +32,6 @@ from controlplane.core.errors import Errors
 
 _SEQ = attrgetter("seq")
 _DEADLINE = attrgetter("deadline_ms")
-# Kafka's state names (an enum's ``.value`` is a Python-level property: a dict is quicker).
-_STATE_NAME: dict[GroupPhase, str] = {phase: phase.value for phase in GroupPhase}
 _T = TypeVar("_T")
 
 # CGS:123-129: the states each state may be entered from.
@@ -78,9 +73,6 @@ def _same_items(items: Collection[_T], before: tuple[_T, ...]) -> tuple[_T, ...]
 
 class Own(Enum):
     STEP = "the request the step handles (None for a timer)"
-
-
-_STEP: Final = Own.STEP  # a global is quicker than the Enum attribute (see state.EMPTY)
 
 
 class Draft:
@@ -182,25 +174,24 @@ class Draft:
             and _scalars(self) == _scalars(origin)
         ):
             return origin
-        # Positional, in Group's field order (quicker than keywords).
         return make_group(
-            self.group_id,
-            self.phase,
-            self.previous_phase,
-            self.generation_id,
-            self.protocol_type,
-            self.protocol_name,
-            self.leader_id,
-            members,
-            pending_join,
-            pending_sync,
-            self.new_member_added,
-            timers,
-            self.timer_seq,
-            offsets,
-            self.empty_since_ms,
-            self.last_commit_ms,
-            expansion_queue,
+            group_id=self.group_id,
+            phase=self.phase,
+            previous_phase=self.previous_phase,
+            generation_id=self.generation_id,
+            protocol_type=self.protocol_type,
+            protocol_name=self.protocol_name,
+            leader_id=self.leader_id,
+            members=members,
+            pending_join_members=pending_join,
+            pending_sync_members=pending_sync,
+            new_member_added=self.new_member_added,
+            timers=timers,
+            timer_seq=self.timer_seq,
+            offsets=offsets,
+            empty_since_ms=self.empty_since_ms,
+            last_commit_ms=self.last_commit_ms,
+            expansion_queue=expansion_queue,
         )
 
     @property
@@ -238,16 +229,16 @@ class Draft:
         """One audit row at the step's clock; ``event_id`` defaults to the step's request."""
         self.events.append(
             make_event(
-                self.group_id,
-                self.now_ms,
-                kind,
-                member_id,
-                group_instance_id,
-                reason,
-                state_from,
-                state_to,
-                generation_id,
-                self.event_id if event_id is _STEP else event_id,
+                group_id=self.group_id,
+                at_ms=self.now_ms,
+                kind=kind,
+                member_id=member_id,
+                group_instance_id=group_instance_id,
+                reason=reason,
+                state_from=state_from,
+                state_to=state_to,
+                generation_id=generation_id,
+                event_id=self.event_id if event_id is Own.STEP else event_id,
             )
         )
 
@@ -290,7 +281,7 @@ class Draft:
         return 0 if longest is None else longest
 
     def can_rebalance(self) -> bool:
-        return self.phase in (STABLE, COMPLETING_REBALANCE, EMPTY)
+        return self.phase in (GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE, GroupPhase.EMPTY)
 
     # -- timers (§0.2-2: scheduling a key replaces its pending timer) ---------------------------
 
@@ -304,12 +295,12 @@ class Draft:
         remaining_ms: int | None = None,
     ) -> None:
         timer = make_timer(
-            kind,
-            member_id,
-            self.now_ms + delay_ms,
-            self.timer_seq,
-            initial_delay_ms,
-            remaining_ms,
+            kind=kind,
+            member_id=member_id,
+            deadline_ms=self.now_ms + delay_ms,
+            seq=self.timer_seq,
+            delay_ms=initial_delay_ms,
+            remaining_ms=remaining_ms,
         )
         self.timer_seq += 1
         timers = self._timers if self._timers is not None else self.timers
@@ -339,16 +330,16 @@ class Draft:
             raise AssertionError(f"illegal transition {self.phase} -> {target}")
         self.emit(
             EventKind.STATE_CHANGED,
-            state_from=_STATE_NAME[self.phase],
-            state_to=_STATE_NAME[target],
+            state_from=self.phase.value,
+            state_to=target.value,
             generation_id=self.generation_id,
         )
         self.previous_phase = self.phase
         self.phase = target
-        if target is EMPTY:
+        if target is GroupPhase.EMPTY:
             self.empty_since_ms = self.now_ms
             self.schedule_retention()
-        elif self.previous_phase is EMPTY:
+        elif self.previous_phase is GroupPhase.EMPTY:
             self.cancel(TimerKind.RETENTION)
 
     def schedule_retention(self) -> None:

@@ -59,4 +59,4 @@ def fast_heartbeat(group: Group, request: Heartbeat, now_ms: int) -> Step | None
     if group.phase is GroupPhase.PREPARING_REBALANCE:
         error = Errors.REBALANCE_IN_PROGRESS
     decision = answers.plain(group.group_id, now_ms, header, RequestType.HEARTBEAT, error)
-    return make_step(updated, (decision,), ())
+    return make_step(group=updated, decisions=(decision,), events=())

@@ -23,11 +23,7 @@ from controlplane.core.coordinator.rebalance import (
 from controlplane.core.coordinator.replace import replace_static_member
 from controlplane.core.coordinator.requests import JoinGroup
 from controlplane.core.coordinator.state import (
-    COMPLETING_REBALANCE,
-    DEAD,
-    EMPTY,
-    PREPARING_REBALANCE,
-    STABLE,
+    GroupPhase,
     ParkedRequest,
     TimerKind,
 )
@@ -61,11 +57,11 @@ def _accept_joining_member(d: Draft, member_id: str) -> bool:
     """KIP-389 acceptJoiningMember (GMM:5059)."""
     limit = d.config.group_max_size
     member = d.member(member_id)
-    if d.phase is PREPARING_REBALANCE:
+    if d.phase is GroupPhase.PREPARING_REBALANCE:
         awaiting = member is not None and member.awaiting_join is not None
         # The awaiting count is at most the member count: count only when that is not enough.
         return awaiting or len(d.members) < limit or d.awaiting_join_count() < limit
-    if d.phase in (COMPLETING_REBALANCE, STABLE):
+    if d.phase in (GroupPhase.COMPLETING_REBALANCE, GroupPhase.STABLE):
         return member is not None or len(d.members) < limit
     return True
 
@@ -92,7 +88,7 @@ def _join_new_member(d: Draft, request: JoinGroup) -> None:
     """§3.3 (GMM:4140)."""
     header = request.header
     parked = answers.parked(header)
-    if d.phase is DEAD:
+    if d.phase is GroupPhase.DEAD:
         d.answer(answers.join_error(d, parked, "", Errors.COORDINATOR_NOT_AVAILABLE))
         return
     if not _supports(d, request):
@@ -124,7 +120,7 @@ def add_member_then_rebalance_or_complete_join(
     d: Draft, request: JoinGroup, member_id: str
 ) -> None:
     """§3.5 (GMM:4717)."""
-    if d.phase is PREPARING_REBALANCE and d.previous_phase is EMPTY:
+    if d.phase is GroupPhase.PREPARING_REBALANCE and d.previous_phase is GroupPhase.EMPTY:
         d.new_member_added = True
     d.add_member(new_member(d, request, member_id))
     d.schedule(TimerKind.HEARTBEAT, member_id, d.config.group_new_member_join_timeout_ms)
@@ -136,7 +132,7 @@ def _join_existing_member(d: Draft, request: JoinGroup) -> None:
     header = request.header
     parked = answers.parked(header)
     member_id = header.member_id
-    if d.phase is DEAD:
+    if d.phase is GroupPhase.DEAD:
         d.answer(answers.join_error(d, parked, member_id, Errors.COORDINATOR_NOT_AVAILABLE))
     elif not _supports(d, request):
         d.answer(answers.join_error(d, parked, member_id, Errors.INCONSISTENT_GROUP_PROTOCOL))
@@ -156,22 +152,22 @@ def _join_existing_member(d: Draft, request: JoinGroup) -> None:
 
 def _rejoin_known_member(d: Draft, request: JoinGroup, parked: ParkedRequest) -> None:
     member = static.mark_returned(d, d.members[request.header.member_id])
-    if d.phase is PREPARING_REBALANCE:
+    if d.phase is GroupPhase.PREPARING_REBALANCE:
         update_member(d, member, request, parked)
         maybe_complete_join_phase(d)
         return
     same = matches(member, request.protocols)
     is_leader = member.member_id == d.leader_id
-    if d.phase is COMPLETING_REBALANCE and same:
+    if d.phase is GroupPhase.COMPLETING_REBALANCE and same:
         listing = leader_member_list(d) if is_leader else ()
         d.answer(answers.join_ok(d, parked, member.member_id, listing))
-    elif d.phase is COMPLETING_REBALANCE:
+    elif d.phase is GroupPhase.COMPLETING_REBALANCE:
         update_member(d, member, request, parked)
         prepare_rebalance(d, "protocol_changed")
-    elif d.phase is STABLE and (is_leader or not same):
+    elif d.phase is GroupPhase.STABLE and (is_leader or not same):
         update_member(d, member, request, parked)
         prepare_rebalance(d, "leader_rejoined" if is_leader else "protocol_changed")
-    elif d.phase is STABLE:
+    elif d.phase is GroupPhase.STABLE:
         d.answer(answers.join_ok(d, parked, member.member_id))
     else:
         d.answer(answers.join_error(d, parked, member.member_id, Errors.UNKNOWN_MEMBER_ID))

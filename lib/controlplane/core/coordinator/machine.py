@@ -46,14 +46,16 @@ def next_deadline_ms(group: Group | None) -> int | None:
 def fire_due(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:
     """Fire every timer due at ``now_ms`` in (deadline, sequence) order, each at its deadline."""
     if not group.timers or group.timers[0].deadline_ms > now_ms:
-        return make_step(group, (), ())  # timers are kept in (deadline, sequence) order
+        return make_step(
+            group=group, decisions=(), events=()
+        )  # timers are kept in (deadline, sequence) order
     d = Draft(group, now_ms, None, config)
     while not d.deleted:
         timer = timers.pop_due(d, now_ms)
         if timer is None:
             break
         timers.fire(d, timer)
-    return make_step(d.freeze(), tuple(d.decisions), tuple(d.events))
+    return make_step(group=d.freeze(), decisions=tuple(d.decisions), events=tuple(d.events))
 
 
 def reset_sessions(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:
@@ -62,7 +64,7 @@ def reset_sessions(group: Group, now_ms: int, config: CoordinatorConfig) -> Step
     setting was lowered across the stop) rebalances."""
     d = Draft(group, now_ms, None, config)
     admin.reset_sessions(d)
-    return make_step(d.freeze(), tuple(d.decisions), tuple(d.events))
+    return make_step(group=d.freeze(), decisions=tuple(d.decisions), events=tuple(d.events))
 
 
 def group_row(group: Group, now_ms: int) -> dict[str, Any]:
@@ -83,7 +85,7 @@ def handle_general(
 ) -> Step:
     """``handle`` without the heartbeat fast path: every request through a step draft."""
     if isinstance(request, Tick):
-        return make_step(group, (), ())
+        return make_step(group=group, decisions=(), events=())
     header = request.header
     d = Draft(group or Group(header.group_id or ""), now_ms, header.event_id, config)
     if header.group_id is None or (header.group_id == "" and isinstance(request, _COORDINATION)):
@@ -91,7 +93,11 @@ def handle_general(
         result = group
     else:
         result = _dispatch(d, group, request)
-    return make_step(result, _own_first(d.decisions, header.event_id), tuple(d.events))
+    return make_step(
+        group=result,
+        decisions=_own_first(d.decisions, header.event_id),
+        events=tuple(d.events),
+    )
 
 
 def _own_first(decisions: list[Decision], event_id: str) -> tuple[Decision, ...]:
@@ -170,12 +176,16 @@ def _missing_group(d: Draft, request: Request) -> None:
     """Sync, heartbeat and leave on a group that does not exist; fetch and delete too."""
     header = request.header
     if isinstance(request, SyncGroup):
-        d.answer(answers.sync_error(d, answers.parked(header), header.member_id, _UNKNOWN))
+        d.answer(
+            answers.sync_error(
+                d, answers.parked(header), header.member_id, Errors.UNKNOWN_MEMBER_ID
+            )
+        )
     elif isinstance(request, Heartbeat):
-        d.answer(answers.simple(d, header, RequestType.HEARTBEAT, _UNKNOWN))
+        d.answer(answers.simple(d, header, RequestType.HEARTBEAT, Errors.UNKNOWN_MEMBER_ID))
     elif isinstance(request, LeaveGroup):
         results = tuple(
-            MemberResult(i.member_id, i.group_instance_id, _UNKNOWN.code)
+            MemberResult(i.member_id, i.group_instance_id, Errors.UNKNOWN_MEMBER_ID.code)
             for i in leave.identities(request)
         )
         leave.leave_answer(d, request, results)
@@ -184,9 +194,6 @@ def _missing_group(d: Draft, request: Request) -> None:
         d.answer(answers.simple(d, header, RequestType.OFFSET_FETCH, Errors.NONE, offsets=found))
     elif isinstance(request, DeleteGroup):
         d.answer(answers.simple(d, header, RequestType.DELETE_GROUP, Errors.GROUP_ID_NOT_FOUND))
-
-
-_UNKNOWN = Errors.UNKNOWN_MEMBER_ID
 
 
 # The requests of group membership need a non-empty group id (GCS isGroupIdNotEmpty). Offset

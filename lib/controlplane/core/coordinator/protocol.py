@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from controlplane.core.coordinator.requests import Protocol
-from controlplane.core.coordinator.state import EMPTY, GroupPhase, Member
+from controlplane.core.coordinator.state import (
+    GroupPhase,
+    Member,
+)
 
 
 def supports_protocols(
@@ -19,7 +22,7 @@ def supports_protocols(
     """An Empty group takes any non-empty type and protocol list; otherwise the type must be the
     group's and some name of ``protocols`` must be listed by every current member (with no
     member, any name will do)."""
-    if phase is EMPTY:
+    if phase is GroupPhase.EMPTY:
         return protocol_type != "" and bool(protocols)
     if protocol_type != group_protocol_type:
         return False

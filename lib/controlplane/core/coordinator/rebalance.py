@@ -12,10 +12,7 @@ from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.protocol import select_protocol
 from controlplane.core.coordinator.records import EventKind, JoinMember, make_join_member
 from controlplane.core.coordinator.state import (
-    COMPLETING_REBALANCE,
-    DEAD,
-    EMPTY,
-    PREPARING_REBALANCE,
+    GroupPhase,
     TimerKind,
 )
 from controlplane.core.errors import Errors
@@ -29,11 +26,11 @@ def maybe_prepare_rebalance_or_complete_join(d: Draft, reason: str) -> None:
 
 
 def prepare_rebalance(d: Draft, reason: str) -> None:
-    if d.phase is COMPLETING_REBALANCE:
+    if d.phase is GroupPhase.COMPLETING_REBALANCE:
         _reset_assignments_and_parked_syncs(d)
     d.cancel(TimerKind.SYNC)
     d.pending_sync.clear()
-    initial = d.phase is EMPTY
+    initial = d.phase is GroupPhase.EMPTY
     d.emit(EventKind.REBALANCE_STARTED, reason=reason, generation_id=d.generation_id)
     if initial:
         delay_ms = d.config.group_initial_rebalance_delay_ms
@@ -41,7 +38,7 @@ def prepare_rebalance(d: Draft, reason: str) -> None:
         d.schedule(
             TimerKind.JOIN, "", delay_ms, initial_delay_ms=delay_ms, remaining_ms=remaining_ms
         )
-    d.transition(PREPARING_REBALANCE)
+    d.transition(GroupPhase.PREPARING_REBALANCE)
     _take_in_expansion_queue(d)
     if not initial:
         if d.has_all_members_joined():
@@ -76,8 +73,8 @@ def _take_in_expansion_queue(d: Draft) -> None:
 
 def maybe_complete_join_phase(d: Draft) -> None:
     if (
-        d.phase is PREPARING_REBALANCE
-        and d.previous_phase is not EMPTY
+        d.phase is GroupPhase.PREPARING_REBALANCE
+        and d.previous_phase is not GroupPhase.EMPTY
         and d.has_all_members_joined()
     ):
         complete_join(d)
@@ -88,13 +85,13 @@ def complete_join(d: Draft) -> None:
     for member in list(d.members.values()):
         if member.awaiting_join is None and not member.is_static:
             d.remove_member(member.member_id, "rebalance_timeout")
-    if d.phase is DEAD:
+    if d.phase is GroupPhase.DEAD:
         return
     if not _elect_joined_leader(d) and d.members:
         d.schedule(TimerKind.JOIN, "", d.rebalance_timeout_ms())  # nobody rejoined: "stuck"
         return
     _init_next_generation(d)
-    if d.phase is COMPLETING_REBALANCE:
+    if d.phase is GroupPhase.COMPLETING_REBALANCE:
         _answer_joins_and_await_syncs(d)
         d.schedule(TimerKind.SYNC, "", d.rebalance_timeout_ms())
 
@@ -116,10 +113,10 @@ def _init_next_generation(d: Draft) -> None:
     d.pending_sync.clear()
     if d.members:
         d.protocol_name = select_protocol(list(d.members.values()), d.leader_id)
-        d.transition(COMPLETING_REBALANCE)
+        d.transition(GroupPhase.COMPLETING_REBALANCE)
     else:
         d.protocol_name = None
-        d.transition(EMPTY)
+        d.transition(GroupPhase.EMPTY)
     d.emit(EventKind.GENERATION_COMPLETED, generation_id=d.generation_id)
 
 
@@ -127,7 +124,11 @@ def leader_member_list(d: Draft) -> tuple[JoinMember, ...]:
     protocol_name = d.protocol_name
     return tuple(
         [
-            make_join_member(m.member_id, m.group_instance_id, m.metadata_for(protocol_name))
+            make_join_member(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                metadata=m.metadata_for(protocol_name),
+            )
             for m in d.members.values()
         ]
     )

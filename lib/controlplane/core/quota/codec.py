@@ -150,7 +150,12 @@ def decode(data: bytes | None) -> tuple[dict[str, Bucket], dict[str, bytes]]:
             windows[key] = reader.digests(id_count)
         else:  # the ids as text: their digests, oldest first
             windows[key] = b"".join(map(digest, reader.texts(id_count)[-WINDOW:]))
-        buckets[key] = make_bucket(tokens, last_update_ms, last_record_ms, handled_ms)
+        buckets[key] = make_bucket(
+            tokens=tokens,
+            last_update_ms=last_update_ms,
+            last_record_ms=last_record_ms,
+            handled_ms=handled_ms,
+        )
     if reader.offset != len(reader.data):
         raise StateCodecError("quota state has trailing bytes")
     return buckets, windows

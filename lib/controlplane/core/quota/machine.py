@@ -31,10 +31,12 @@ requests ``charged`` says were charged, and answers a repeat without calling ``h
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, NamedTuple
+from dataclasses import dataclass
+from typing import Final
 
 from controlplane.core.config import QuotaConfig
 from controlplane.core.errors import Errors
+from controlplane.core.frozen import fast_constructor
 from controlplane.core.quota.bucket import (
     UNLIMITED_RATE_PER_S,
     Bucket,
@@ -52,33 +54,28 @@ from controlplane.core.quota.records import (
     make_throttle_event,
 )
 from controlplane.core.quota.requests import (
-    DELETE_TOPICS,
-    STRICT,
     Mode,
     MutationRequest,
+    MutationType,
     TopicMutation,
     mode_of,
 )
 from controlplane.core.quota.resolution import Resolution
 
-NONE: Final = Errors.NONE
-THROTTLED: Final = Errors.THROTTLING_QUOTA_EXCEEDED
-INVALID: Final = Errors.INVALID_REQUEST
-INVALID_PARTITIONS: Final = Errors.INVALID_PARTITIONS
 NO_NAMES: Final[frozenset[str]] = frozenset()
 
 
-class Admission(NamedTuple):
-    """What one request did to a bucket's tokens (a NamedTuple: built per request on the hot
-    path, where a frozen dataclass costs several times more).
-
-    The hot paths build it, and ``Step``, with ``tuple.__new__(cls, (fields...))``: exactly what
-    a NamedTuple's generated ``__new__`` does, without its Python frame (half the cost)."""
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What one request did to a bucket's tokens."""
 
     tokens: float  # after the request
     admitted: tuple[bool, ...]  # per topic, in processing order
     recorded: bool  # whether anything was recorded (keeps the sensor alive, §4.5)
     throttle_time_ms: int  # the response's throttle_time_ms
+
+
+make_admission = fast_constructor(Admission)  # per request (core/frozen.py)
 
 
 def admit_strict(
@@ -115,7 +112,9 @@ def admit_strict(
         admitted.append(True)
         recorded = True
     throttle = _response_throttle(violation_tokens, rate_per_s, now_ms)
-    return tuple.__new__(Admission, (tokens, tuple(admitted), recorded, throttle))
+    return make_admission(
+        tokens=tokens, admitted=tuple(admitted), recorded=recorded, throttle_time_ms=throttle
+    )
 
 
 def admit_permissive(
@@ -141,7 +140,12 @@ def admit_permissive(
         if tokens < 0:
             violation_tokens = tokens
     throttle = _response_throttle(violation_tokens, rate_per_s, now_ms)
-    return Admission(tokens, (True,) * len(partitions), bool(partitions), throttle)
+    return make_admission(
+        tokens=tokens,
+        admitted=(True,) * len(partitions),
+        recorded=bool(partitions),
+        throttle_time_ms=throttle,
+    )
 
 
 def _response_throttle(violation_tokens: float | None, rate_per_s: float, now_ms: int) -> int:
@@ -152,7 +156,10 @@ def _response_throttle(violation_tokens: float | None, rate_per_s: float, now_ms
     return response_throttle_ms(throttle_time_ms(violation_tokens, rate_per_s), now_ms, now_ms)
 
 
-class Step(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one call of the machine returns: the bucket afterwards, the rows, the next deadline."""
+
     bucket: Bucket | None  # the key's bucket afterwards (None: the key has none, or it expired)
     decisions: tuple[QuotaDecision, ...]  # the request's answer (none for a timer)
     throttles: tuple[ThrottleEvent, ...]  # its throttle event, if it was throttled or rejected
@@ -160,6 +167,9 @@ class Step(NamedTuple):
     @property
     def next_deadline_ms(self) -> int | None:
         return next_deadline_ms(self.bucket)
+
+
+make_step = fast_constructor(Step)  # per request (core/frozen.py)
 
 
 def next_deadline_ms(bucket: Bucket | None) -> int | None:
@@ -171,8 +181,8 @@ def fire_due(bucket: Bucket, now_ms: int, config: QuotaConfig) -> Step:
     """The expiry timer, if due at ``now_ms``: the sensor idled out, the bucket is forgotten
     (§4.5), and its debt with it; a timer emits no row. Otherwise the bucket, unchanged."""
     if bucket.expires_at_ms <= now_ms:
-        return Step(None, (), ())
-    return Step(bucket, (), ())
+        return make_step(bucket=None, decisions=(), throttles=())
+    return make_step(bucket=bucket, decisions=(), throttles=())
 
 
 def charged(request: MutationRequest, resolution: Resolution, config: QuotaConfig) -> bool:
@@ -205,7 +215,7 @@ def refused_before_quota(request: MutationRequest) -> tuple[Errors | None, ...] 
     """
     topics = request.topics
     twice = NO_NAMES if len(topics) < 2 else duplicated_names(topics)  # one topic: no repeat
-    creates = request.type is not DELETE_TOPICS
+    creates = request.type is not MutationType.DELETE_TOPICS
     if not twice:
         if not creates:
             return None
@@ -216,9 +226,9 @@ def refused_before_quota(request: MutationRequest) -> tuple[Errors | None, ...] 
         else:
             return None
     return tuple(
-        INVALID
+        Errors.INVALID_REQUEST
         if topic.name in twice
-        else (INVALID_PARTITIONS if creates and topic.partitions <= 0 else None)
+        else (Errors.INVALID_PARTITIONS if creates and topic.partitions <= 0 else None)
         for topic in topics
     )
 
@@ -241,10 +251,11 @@ def handle(
     if not charged(request, resolution, config):
         decision = _decision(request, resolution, [True] * len(valid), refused, 0, now_ms)
         if quota_key is None:
-            return Step(bucket, (decision,), ())  # nothing tracked: no sensor, no key, no clock
+            # Nothing tracked: no sensor, no key, no clock.
+            return make_step(bucket=bucket, decisions=(decision,), throttles=())
         # An uncharged validate-only: ZK mode creates the sensor before it looks at the flag.
         tracked = new_bucket(now_ms) if bucket is None else handled_at(bucket, now_ms)
-        return Step(tracked, (decision,), ())
+        return make_step(bucket=tracked, decisions=(decision,), throttles=())
     rate_per_s = resolution.rate_per_s
     rate_used = UNLIMITED_RATE_PER_S if rate_per_s is None else rate_per_s
     burst = burst_of(
@@ -252,16 +263,15 @@ def handle(
     )
     current = new_bucket(now_ms) if bucket is None else bucket
     mode = mode_of(request, permissive_allowed=config.controller_quota_permissive_allowed)
-    admit = admit_strict if mode is STRICT else admit_permissive
+    admit = admit_strict if mode is Mode.STRICT else admit_permissive
     partitions = [topic.partitions for topic in valid]
     admission = admit(current.tokens, current.last_update_ms, partitions, rate_used, burst, now_ms)
-    tokens, admitted, recorded, throttle_ms = admission
-    # Positional arguments, in field order: keywords cost twice as much to pass on the hot path.
+    admitted, throttle_ms = admission.admitted, admission.throttle_time_ms
     updated = make_bucket(
-        tokens,
-        now_ms if partitions else current.last_update_ms,  # last_update_ms
-        now_ms if recorded else current.last_record_ms,  # last_record_ms
-        now_ms,  # handled_ms
+        tokens=admission.tokens,
+        last_update_ms=now_ms if partitions else current.last_update_ms,
+        last_record_ms=now_ms if admission.recorded else current.last_record_ms,
+        handled_ms=now_ms,
     )
     decision = _decision(request, resolution, admitted, refused, throttle_ms, now_ms)
     throttles: tuple[ThrottleEvent, ...] = ()
@@ -278,7 +288,7 @@ def handle(
                 unlimited=rate_per_s is None,
             ),
         )
-    return tuple.__new__(Step, (updated, (decision,), throttles))  # Step(...), see Admission
+    return make_step(bucket=updated, decisions=(decision,), throttles=throttles)
 
 
 def _decision(
@@ -292,27 +302,30 @@ def _decision(
     if refused is not None:
         verdicts = iter(admitted)
         errors = tuple(
-            (NONE if next(verdicts) else THROTTLED) if error is None else error for error in refused
+            (Errors.NONE if next(verdicts) else Errors.THROTTLING_QUOTA_EXCEEDED)
+            if error is None
+            else error
+            for error in refused
         )
     elif all(admitted):
-        errors = (NONE,) * len(admitted)  # the common case, without a loop
+        errors = (Errors.NONE,) * len(admitted)  # the common case, without a loop
     else:
-        errors = tuple([NONE if ok else THROTTLED for ok in admitted])
-    return make_decision(  # positional, in field order (see handle)
-        request.event_id,
-        request.user,
-        request.client_id,
-        resolution.quota_entity,
-        resolution.quota_key,
-        resolution.rate_per_s,
-        request.type._value_,  # type: the member's value (``.value`` is a slower property)
-        NONE,  # error
-        None,  # error_message
-        throttle_ms,  # throttle_time_ms
-        request.topics,
-        errors,  # topic_errors
-        request.event_time_ms,
-        now_ms,  # decided_at_ms
+        errors = tuple([Errors.NONE if ok else Errors.THROTTLING_QUOTA_EXCEEDED for ok in admitted])
+    return make_decision(
+        event_id=request.event_id,
+        user=request.user,
+        client_id=request.client_id,
+        quota_entity=resolution.quota_entity,
+        quota_key=resolution.quota_key,
+        rate_per_s=resolution.rate_per_s,
+        type=request.type.value,
+        error=Errors.NONE,
+        error_message=None,
+        throttle_time_ms=throttle_ms,
+        topics=request.topics,
+        topic_errors=errors,
+        event_time_ms=request.event_time_ms,
+        decided_at_ms=now_ms,
     )
 
 
@@ -335,18 +348,18 @@ def _throttle_event(
         else:
             rejected.append(topic.name)
     assert resolution.quota_key is not None
-    return make_throttle_event(  # positional, in field order (see handle)
-        request.event_id,
-        request.user,
-        request.client_id,
-        resolution.quota_entity,
-        resolution.quota_key,
-        mode,
-        resolution.rate_per_s,
-        None if unlimited else burst,  # burst
-        admission.tokens,  # tokens_after
-        admission.throttle_time_ms,
-        tuple(rejected),  # rejected_topics
-        admitted_partitions,
-        now_ms,  # at_ms
+    return make_throttle_event(
+        event_id=request.event_id,
+        user=request.user,
+        client_id=request.client_id,
+        quota_entity=resolution.quota_entity,
+        quota_key=resolution.quota_key,
+        mode=mode,
+        rate_per_s=resolution.rate_per_s,
+        burst=None if unlimited else burst,
+        tokens_after=admission.tokens,
+        throttle_time_ms=admission.throttle_time_ms,
+        rejected_topics=tuple(rejected),
+        admitted_partitions=admitted_partitions,
+        at_ms=now_ms,
     )

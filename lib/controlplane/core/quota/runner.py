@@ -122,9 +122,10 @@ class QuotaShard:
         now_ms = time_ms
         if bucket is not None:
             now_ms = max(bucket.clock_ms, time_ms)
-            bucket = self._fire_due(key, bucket, now_ms)
-            if bucket is None:  # it expired: its clock went with it
-                now_ms = time_ms
+            if bucket.expires_at_ms <= now_ms:  # its timer is due: it fires first
+                bucket = self._fire_due(key, bucket, now_ms)
+                if bucket is None:  # it expired: its clock went with it
+                    now_ms = time_ms
         event_digest = digest(parsed.event_id)
         if bucket is not None and seen(self.windows[key], event_digest):
             self.buckets[key] = handled_at(bucket, now_ms)  # answered before: no row
@@ -147,7 +148,7 @@ class QuotaShard:
     def tick_into(self, now_ms: int, rows: Rows) -> None:
         """``tick``; ``rows`` is there for the shape of ``feed_into`` (a timer emits none).
         A bucket's clock does not move with a tick: only an event of its own moves it."""
-        buckets = self.buckets
+        buckets = self.buckets  # as in feed_into, only a bucket whose timer is due is fired
         due = [key for key, bucket in buckets.items() if bucket.expires_at_ms <= now_ms]
         for key in due:
             self._fire_due(key, buckets[key], now_ms)

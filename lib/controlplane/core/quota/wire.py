@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controlplane.core.quota.requests import (
-    DELETE_TOPICS,
     MutationRequest,
     MutationType,
     TopicMutation,
@@ -97,7 +96,7 @@ def _topic(raw: object, index: int, *, lowest: int) -> TopicMutation:
     if partitions is None:
         raise _Bad(f"{where}.partitions", "required")
     count = _int(partitions, f"{where}.partitions", low=lowest, high=INT32_MAX)
-    return make_topic(name, count)
+    return make_topic(name=name, partitions=count)
 
 
 def _topics(event: Mapping[str, Any], kind: MutationType) -> tuple[TopicMutation, ...]:
@@ -109,7 +108,7 @@ def _topics(event: Mapping[str, Any], kind: MutationType) -> tuple[TopicMutation
         raise _Bad("topics", "required")
     if not isinstance(raw, list):
         raise _Bad("topics", f"expected an array of {{name, partitions}}, got {_kind(raw)}")
-    lowest = 0 if kind is DELETE_TOPICS else INT32_MIN
+    lowest = 0 if kind is MutationType.DELETE_TOPICS else INT32_MIN
     return tuple(_topic(item, index, lowest=lowest) for index, item in enumerate(raw))
 
 
@@ -132,17 +131,17 @@ def _parse(event: Mapping[str, Any]) -> MutationRequest:
         validate_only = False
     elif not isinstance(validate_only, bool):
         raise _Bad("validate_only", f"expected true or false, got {_kind(validate_only)}")
-    if validate_only and kind is DELETE_TOPICS:
+    if validate_only and kind is MutationType.DELETE_TOPICS:
         raise _Bad("validate_only", "DeleteTopics has no validate_only mode")
-    return make_request(  # positional, in field order: keywords cost twice as much per event
-        event_id,
-        event_time_ms,
-        kind,  # type
-        user,
-        client_id,
-        version,  # request_version
-        validate_only,
-        _topics(event, kind),
+    return make_request(
+        event_id=event_id,
+        event_time_ms=event_time_ms,
+        type=kind,
+        user=user,
+        client_id=client_id,
+        request_version=version,
+        validate_only=validate_only,
+        topics=_topics(event, kind),
     )
 
 
