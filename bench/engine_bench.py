@@ -133,35 +133,42 @@ def idle_workload(groups: int) -> list[list[dict[str, Any]]]:
     return [joins, syncs]
 
 
-def run_idle(
-    spark: Any, groups: int, shards: int, seconds: int, out: Path, writer: str
-) -> dict[str, Any]:
-    """Idle batches with ``groups`` Stable groups in state: their durations and parts."""
+def start_query(
+    spark: Any, out: Path, trigger_ms: int, keying: str, shards: int, writer: str
+) -> tuple[Any, Any]:
+    """A fresh coordinator query (and its progress listener) over ``out``'s landing directory,
+    tables and checkpoint; initial rebalance delay 0."""
     from controlplane.core.config import parse_settings
     from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
     from controlplane.engine.queries import build_coordinator_query, register_progress_listener
 
     shutil.rmtree(out, ignore_errors=True)
-    landing = out / "landing"
-    landing.mkdir(parents=True)
+    (out / "landing").mkdir(parents=True)
     options = EngineOptions(
-        trigger_interval_ms=1000,
-        keying=Keying.SHARD,
+        trigger_interval_ms=trigger_ms,
+        keying=Keying(keying),
         shards=shards,
         checkpoint_root=str(out / "checkpoints"),
         tables_root=str(out / "tables"),
         writer=writer,
         coordinator_source=SourceOptions(
             format="jsonl",
-            path=str(landing),
+            path=str(out / "landing"),
             max_files_per_trigger=1000,
             clean_source=CleanSource.DELETE,
         ),
     )
     settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
     listener = register_progress_listener(spark, options)
-    query = build_coordinator_query(spark, settings, options=options).start()
-    tables = out / "tables"
+    return build_coordinator_query(spark, settings, options=options).start(), listener
+
+
+def run_idle(
+    spark: Any, groups: int, shards: int, seconds: int, out: Path, writer: str
+) -> dict[str, Any]:
+    """Idle batches with ``groups`` Stable groups in state: their durations and parts."""
+    landing, tables = out / "landing", out / "tables"
+    query, listener = start_query(spark, out, 1000, "shard", shards, writer)
     try:
         for number, events in enumerate(idle_workload(groups)):
             now_ms = int(time.time() * 1000)
@@ -252,31 +259,8 @@ def run_engine(
     out: Path,
     writer: str = "delta-rs",
 ) -> dict[str, Any]:
-    from controlplane.core.config import parse_settings
-    from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
-    from controlplane.engine.queries import build_coordinator_query, register_progress_listener
-
-    shutil.rmtree(out, ignore_errors=True)
-    landing = out / "landing"
-    landing.mkdir(parents=True)
-    options = EngineOptions(
-        trigger_interval_ms=500,
-        keying=Keying(keying),
-        shards=shards,
-        checkpoint_root=str(out / "checkpoints"),
-        tables_root=str(out / "tables"),
-        writer=writer,
-        coordinator_source=SourceOptions(
-            format="jsonl",
-            path=str(landing),
-            max_files_per_trigger=1000,
-            clean_source=CleanSource.DELETE,
-        ),
-    )
-    settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
-    listener = register_progress_listener(spark, options)
-    query = build_coordinator_query(spark, settings, options=options).start()
-    tables = out / "tables"
+    landing, tables = out / "landing", out / "tables"
+    query, listener = start_query(spark, out, 500, keying, shards, writer)
     expected = sum(len(s) for s in slots)
     silent = sum(
         1 for s in slots for e in s if e["type"] == "join" and int(e["group_id"][1:]) % 10 == 9
