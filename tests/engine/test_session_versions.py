@@ -92,6 +92,11 @@ def test_the_checkpoint_manager_is_the_class_this_spark_ships(
     assert checkpoint_manager_class(_jar_with(tmp_path / "jars", *classes)) == expected
 
 
+def test_an_unreadable_jar_leaves_spark_s_default_manager(tmp_path: Path) -> None:
+    (tmp_path / "spark-sql_2.13-9.9.9.jar").write_bytes(b"not a zip")
+    assert checkpoint_manager_class(tmp_path) is None
+
+
 def test_the_installed_pyspark_has_the_class_and_local_sessions_name_it() -> None:
     name = checkpoint_manager_class()
     assert name in (SPARK_40_CLASS, SPARK_41_CLASS)

@@ -57,8 +57,12 @@ def checkpoint_manager_class(jars_dir: Path | None = None) -> str | None:
     """The FileSystem-based checkpoint manager's class in this pyspark's spark-sql jar, if any."""
     folder = jars_dir if jars_dir is not None else pyspark_jars_dir()
     for jar in sorted(folder.glob("spark-sql_*.jar")):
-        with zipfile.ZipFile(jar) as archive:
-            names = set(archive.namelist())
+        try:
+            with zipfile.ZipFile(jar) as archive:
+                names = set(archive.namelist())
+        except (OSError, zipfile.BadZipFile) as exc:
+            log.warning("cannot read %s (%s): Spark's default checkpoint manager stays", jar, exc)
+            continue
         for name in CHECKPOINT_MANAGER_CLASSES:
             if name.replace(".", "/") + ".class" in names:
                 return name
