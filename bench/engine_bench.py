@@ -23,6 +23,10 @@ Figures per run:
 each idle batch's duration (Spark's ``triggerExecution``, p50/p90/max) and its parts, the
 state rows and the state store's size (RocksDB's SST files, bytes per group).
 bench/engine_path_bench.py gives the Python side without Spark.
+
+State (shuffle) partitions: ``--partitions``, 2 by default as in conf/local.yaml. The script
+runs its own checkout's ``lib/`` (first on sys.path and on the workers' PYTHONPATH): to measure
+another build, run that build's copy of this script.
 """
 
 from __future__ import annotations
@@ -373,7 +377,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--out", default="out/bench/engine")
     parser.add_argument("--idle", type=int, default=0, help="idle batches with N groups")
-    parser.add_argument("--partitions", type=int, default=4, help="shuffle (state) partitions")
+    parser.add_argument(
+        "--partitions", type=int, default=2, help="shuffle (state) partitions (conf/local.yaml: 2)"
+    )
     parser.add_argument("--master", default="local[2]", help="e.g. local[1] against local[2]")
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(
