@@ -16,6 +16,7 @@ from controlplane.core.config import ConfigError, parse_settings
 from controlplane.engine import launch
 from controlplane.engine.adapter import StateFunction, parse_row
 from controlplane.engine.batch import BatchSink, answer_records
+from controlplane.engine.envelope import envelope_table
 from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_engine_options
 from controlplane.engine.queries import QuotaKeyer
 from controlplane.engine.reload import SettingsSource
@@ -322,12 +323,7 @@ class Batch:
         self.envelopes = envelopes
 
     def toArrow(self) -> pa.Table:
-        return pa.table(
-            {
-                "table": [table for table, _ in self.envelopes],
-                "row": [json.dumps(row) for _, row in self.envelopes],
-            }
-        )
+        return envelope_table(self.envelopes)
 
 
 def sink(tmp_path: Path, publisher: Any, log: list[str]) -> BatchSink:

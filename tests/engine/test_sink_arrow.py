@@ -1,9 +1,9 @@
 """The state function's output rows and the foreachBatch sink's reading of them, without a JVM.
 
-The function hands Spark one row per table per call (its rows as JSON lines); the sink reads
-each table's lines straight into the table's Arrow columns. Whatever the input, the tables it
-writes must be the ones the per-row path gives (each envelope parsed by Python's JSON reader,
-then converted to the table's schema): the same rows, in the same order, with the same values.
+The function hands Spark one row per table per call (its rows as an Arrow stream in the
+table's columns); the sink concatenates them. Whatever the input, the tables it writes must be
+the ones the per-row path gives (each row as JSON text, parsed by Python's JSON reader, then
+converted to the table's schema): the same rows, in the same order, with the same values.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.core.runtime import Runner
-from controlplane.engine import progress
-from controlplane.engine.adapter import METRICS_TABLE, StateFunction
+from controlplane.engine import envelope, progress
+from controlplane.engine.adapter import METRICS_TABLE, StateFunction, row_text
 from controlplane.engine.batch import BatchSink, split_batch, split_envelopes
 from controlplane.engine.options import Keying, TimeMode
 from controlplane.engine.queries import CoordinatorRunners, QuotaKeyer, QuotaRunners
@@ -109,7 +109,7 @@ def test_the_sink_reads_the_quota_s_tables_as_the_per_row_path(
         assert_same_tables(out, expected)
 
 
-def test_the_function_hands_spark_one_row_per_table_of_json_lines() -> None:
+def test_the_function_hands_spark_one_row_per_table_of_arrow_rows() -> None:
     runners = CoordinatorRunners(SettingsSource(path=None, initial=SETTINGS), None)
     joins = [json.dumps(e) for e in GROUP_EVENTS if e["type"] == "join"][:3]
     assert len(joins) == 3
@@ -117,37 +117,50 @@ def test_the_function_hands_spark_one_row_per_table_of_json_lines() -> None:
     for out, expected in zip(spark_out, envelopes, strict=True):
         names = out.column("table").to_pylist()
         assert len(names) == len(set(names))  # one row per table
-        lines = [
-            (name, line)
-            for name, text in zip(names, out.column("row").to_pylist(), strict=True)
-            for line in text.split("\n")
+        unpacked = {
+            name: envelope.unpack(data)
+            for name, data in zip(names, out.column("rows").to_pylist(), strict=True)
+        }
+        for name, rows in unpacked.items():
+            assert rows.schema == envelope.row_schema(name)
+            per_row = [json.loads(text) for table, text in expected if table == name]
+            assert rows.num_rows == len(per_row)
+        decisions = unpacked["decisions"].to_pylist() if "decisions" in unpacked else []
+        assert [r["event_id"] for r in decisions] == [
+            json.loads(text)["event_id"] for table, text in expected if table == "decisions"
         ]
-        assert sorted(lines, key=lambda e: e[0]) == sorted(expected, key=lambda e: e[0])
-        assert [e for e in lines if e[0] == "decisions"] == [
-            e for e in expected if e[0] == "decisions"
-        ]
-    assert any(
-        len(text.split("\n")) > 1 for out in spark_out for text in out.column("row").to_pylist()
-    )
+        assert set(unpacked) == {table for table, _ in expected}
+    assert any(envelope.unpack(d).num_rows > 1 for o in spark_out for d in o["rows"].to_pylist())
 
 
-def test_a_row_pyarrow_refuses_is_read_by_python_as_before() -> None:
-    """pyarrow's reader refuses an object naming a key twice; Python's keeps the last value."""
-    envelopes = [
-        ("decisions", '{"event_id":"a","group_id":"g"}'),
-        ("decisions", '{"event_id":"b","event_id":"c","group_id":"g"}'),
-        (METRICS_TABLE, '{"events":2,"rejected":0,"timers_fired":1,"max_timer_lateness_ms":5}'),
-    ]
-    arrow = pa.table(
-        {"table": [t for t, _ in envelopes], "row": [r for _, r in envelopes]},
+class Scalar:
+    """A value Arrow does not know and the row's JSON text writes (as a numpy scalar)."""
+
+    def item(self) -> str:
+        return "from item()"
+
+
+def test_a_row_arrow_refuses_goes_through_json_as_the_per_row_path() -> None:
+    """A value the direct conversion refuses is read as its JSON text would be; a table the
+    engine does not know travels as JSON texts."""
+    table = envelope.envelope_table(
+        [
+            ("rejected_events", {"raw": "a", "reason": "r"}),
+            ("rejected_events", {"raw": Scalar(), "reason": "r"}),
+            ("mystery", {"x": 1}),
+            (METRICS_TABLE, {"events": 2, "rejected": 0, "timers_fired": 1}),
+        ],
+        row_text,
     )
-    tables, figures = split_batch(arrow, 1, 2)
-    decisions = tables["decisions"].to_pylist()
-    assert [(r["event_id"], r["batch_id"], r["processed_at_ms"]) for r in decisions] == [
+    tables, figures = split_batch(table, 1, 2)
+    rejected = tables["rejected_events"].to_pylist()
+    assert [(r["raw"], r["batch_id"], r["processed_at_ms"]) for r in rejected] == [
         ("a", 1, 2),
-        ("c", 1, 2),
+        ("from item()", 1, 2),
     ]
+    assert tables["mystery"].to_pylist() == [{"row": '{"x":1}'}]
     assert figures["events"] == 2
+    assert figures["max_timer_lateness_ms"] == 0
     assert figures["keys_called"] == 1
 
 
@@ -168,7 +181,7 @@ def test_an_idle_batch_opens_no_writer_and_leaves_its_figures() -> None:
         raise AssertionError("an idle batch must not open a writer")
 
     sink.writer = no_writer  # type: ignore[method-assign]
-    empty = pa.table({"table": pa.array([], pa.string()), "row": pa.array([], pa.string())})
+    empty = pa.table({"table": pa.array([], pa.string()), "rows": pa.array([], pa.binary())})
     sink(NoWriter(empty), 9)
     assert progress.take("idle-test", 9) == {
         "events": 0,

@@ -16,6 +16,7 @@ import pytest
 
 from controlplane.core.config import parse_settings
 from controlplane.engine.batch import BatchSink
+from controlplane.engine.envelope import envelope_table
 from controlplane.engine.options import EngineOptions
 from controlplane.engine.queries import build_coordinator_query, prepare_kafka
 from controlplane.io.broker import LocalBroker
@@ -139,12 +140,7 @@ class Batch:
         self.envelopes = envelopes
 
     def toArrow(self) -> pa.Table:
-        return pa.table(
-            {
-                "table": [table for table, _ in self.envelopes],
-                "row": [json.dumps(row) for _, row in self.envelopes],
-            }
-        )
+        return envelope_table(self.envelopes)
 
 
 def test_a_batch_run_twice_writes_delta_once_and_publishes_twice_each_with_its_event_id(

@@ -13,10 +13,11 @@ Per call (one Spark key, one micro-batch):
    earliest timer (``setTimeoutDuration`` / ``setTimeoutTimestamp``), or ``update()`` alone
    (which clears the timeout) when the key has no timer.
 
-``call`` returns envelopes ``(table, row as JSON)``, a ``_metrics`` row per call carrying the
+``rows`` returns the call's rows with their tables, and a ``_metrics`` row carrying the
 figures of the progress line; the function Spark calls hands them on as one output row per
-table, its rows as JSON lines (fewer, larger rows through Arrow and the JVM), which the sink
-reads straight into Arrow (engine.batch).
+table, its rows as one Arrow stream in the table's columns (engine.envelope), built here, on
+the executors, so the driver only concatenates them (engine.batch). ``call`` gives the same rows
+as JSON texts: the per-row form the tests compare against.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from typing import Any
 
 from controlplane.core.jsonwire import INT64_MAX, decode_event_text, long_or_none
 from controlplane.core.runtime import Runner, RunResult, TimedEvent
+from controlplane.engine import envelope
+from controlplane.engine.envelope import METRICS_TABLE
 from controlplane.engine.options import TimeMode
 
 log = logging.getLogger(__name__)
@@ -41,9 +44,9 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 NO_DEADLINE = -1
 CENTURY_MS = 100 * 365 * 86_400_000
-METRICS_TABLE = "_metrics"
 REJECTED_TABLE = "rejected_events"
 ORDER_COLUMNS = ["arrival_time_ms", "source", "seq"]
+Row = Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,12 +218,11 @@ class StateFunction:
     def __call__(self, key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
-        by_table: dict[str, list[str]] = {}
-        for table, row in self.call(frames, state):
+        by_table: dict[str, list[Row]] = {}
+        for table, row in self.rows(frames, state):
             by_table.setdefault(table, []).append(row)
-        # one output row per table: its rows as JSON lines (the sink reads them as such)
-        texts = ["\n".join(rows) for rows in by_table.values()]
-        yield pd.DataFrame({"table": list(by_table), "row": texts})
+        # one output row per table: its rows as one Arrow stream (engine.envelope)
+        yield pd.DataFrame(envelope.columns(by_table, row_text))
 
     def tick_ms(self, state: Any) -> int:
         if self.mode is TimeMode.EVENT_TIME:
@@ -228,7 +230,12 @@ class StateFunction:
         return int(state.getCurrentProcessingTimeMs())
 
     def call(self, frames: Iterator[Any], state: Any) -> list[tuple[str, str]]:
-        """One call: returns the envelopes; always ends with remove() or update(+timeout)."""
+        """``rows``, each row as its JSON text: the per-row form of a call's output."""
+        return [(table, row_text(row)) for table, row in self.rows(frames, state)]
+
+    def rows(self, frames: Iterator[Any], state: Any) -> list[tuple[str, Row]]:
+        """One call: returns its rows, each with its table, in order; always ends with remove()
+        or update(+timeout)."""
         tick = self.tick_ms(state)
         batch_time = int(state.getCurrentProcessingTimeMs())
         stored = decode_state(state)
@@ -247,10 +254,10 @@ class StateFunction:
             timers_fired=1 if fired else 0,
             max_timer_lateness_ms=lateness if lateness is not None and fired else 0,
         )
-        out = [(REJECTED_TABLE, _dumps(row)) for row in rejected]
+        out: list[tuple[str, Row]] = [(REJECTED_TABLE, row) for row in rejected]
         for table, rows in result.outputs.items():
-            out.extend((table, _dumps(row)) for row in rows)
-        out.append((METRICS_TABLE, _dumps(figures.row())))
+            out.extend((table, row) for row in rows)
+        out.append((METRICS_TABLE, figures.row()))
         return out
 
     def _run(
@@ -267,7 +274,7 @@ class StateFunction:
             for event in events:
                 rejected.append(
                     {
-                        "raw": _dumps(event.event),
+                        "raw": row_text(event.event),
                         "reason": f"internal error: {type(exc).__name__}: {exc}",
                         "source": event.line,
                         "arrival_time_ms": event.time_ms,
@@ -295,7 +302,7 @@ class StateFunction:
             state.setTimeoutDuration(min(max(1, deadline - tick), CENTURY_MS))
 
 
-def _dumps(row: Mapping[str, Any]) -> str:
+def row_text(row: Mapping[str, Any]) -> str:
     """``json.dumps(row, separators=(",", ":"), default=_jsonable)``, with the encoder built
     once (``json.dumps`` with arguments builds one per call). Without the check for circular
     containers: a row is a tree of dicts, lists and scalars."""

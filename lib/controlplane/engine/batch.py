@@ -3,9 +3,10 @@ exactly once per micro-batch (sinks.BatchWriter), then publishes the batch's ans
 answers topic when there is one, then leaves the batch's figures for the progress line.
 
 The batch DataFrame is materialised once (``toArrow``), so the stateful operator is never
-evaluated twice for one batch. The rows of each table go from their JSON text straight into
-the table's Arrow columns (``split_batch``: pyarrow's JSON reader, with the table's schema), never
-through Python dicts; a batch with no rows writes nothing.
+evaluated twice for one batch. Each envelope already holds a call's rows of one table in the
+table's Arrow columns, built on the executors (engine.envelope): the sink only reads the streams,
+concatenates each table's and adds the engine's columns (``split_batch``), never through Python
+dicts; a batch with no rows writes nothing.
 
 The answers topic (docs/engine.md, "The answers topic") comes after the Delta tables, which
 stay the audit and the source of truth: one record per ``decisions`` and ``quota_decisions``
@@ -21,13 +22,13 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from controlplane.engine import progress
-from controlplane.engine.adapter import METRICS_TABLE
+from controlplane.engine import envelope, progress
+from controlplane.engine.envelope import METRICS_TABLE
 from controlplane.io.kafka_clients import AnswerRecord, AnswersPublisher
 from controlplane.io.locations import TableNames
-from controlplane.io.schemas import ENGINE_COLUMNS, TABLES, arrow_schema
+from controlplane.io.schemas import ENGINE_COLUMNS, TABLES
 from controlplane.io.sinks import choose_writer, to_arrow
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,9 @@ log = logging.getLogger(__name__)
 def split_envelopes(
     envelopes: Sequence[tuple[str, str]], batch_id: int, processed_at_ms: int
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
-    """Rows per table (with batch_id, processed_at_ms) and the batch's summed figures."""
+    """Rows per table (with batch_id, processed_at_ms) and the batch's summed figures, from
+    the per-row form of a batch (``StateFunction.call``'s JSON texts): the reference
+    ``split_batch`` is tested against."""
     tables: dict[str, list[dict[str, Any]]] = {}
     figures = {"events": 0, "rejected": 0, "timers_fired": 0, "max_timer_lateness_ms": 0}
     figures["keys_called"] = 0
@@ -58,40 +61,40 @@ def split_envelopes(
 def split_batch(
     arrow: Any, batch_id: int, processed_at_ms: int
 ) -> tuple[dict[str, Any], dict[str, int]]:
-    """``split_envelopes`` on the batch's Arrow table (columns ``table`` and ``row``, a row
-    text holding one or more rows, one JSON object a line): each table's rows as an Arrow
-    table with the table's columns (and ``deleted`` for ``groups``), in batch order, and the
-    batch's summed figures. A table this engine does not know comes back as its rows' texts
-    (column ``row``), for the caller to report."""
+    """``split_envelopes`` on the batch's Arrow table (columns ``table`` and ``rows``, one
+    Arrow stream of a call's rows of that table: engine.envelope): each table's rows as an
+    Arrow table with the table's columns (and ``deleted`` for ``groups``), in batch order, and
+    the batch's summed figures. A table this engine does not know comes back as its rows'
+    texts (column ``row``), for the caller to report."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     figures = {"events": 0, "rejected": 0, "timers_fired": 0, "max_timer_lateness_ms": 0}
     figures["keys_called"] = 0
+    parts: dict[str, list[Any]] = {}
+    names, packed = arrow.column("table"), arrow.column("rows")
+    for name, data in zip(names.to_pylist(), _buffers(packed), strict=True):
+        parts.setdefault(name, []).append(envelope.unpack(data))
     tables: dict[str, Any] = {}
-    if not arrow.num_rows:
-        return tables, figures
-    names, texts = arrow.column("table"), arrow.column("row")
-    for name in pc.unique(names).to_pylist():
-        selected = pc.filter(texts, pc.equal(names, name))
+    for name, pieces in parts.items():
+        rows = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
         if name == METRICS_TABLE:
-            _add_figures(figures, selected)
+            _add_figures(figures, rows)
         elif name in TABLES:
-            tables[name] = _table_rows(name, selected, batch_id, processed_at_ms)
+            tables[name] = _with_engine_columns(name, rows, batch_id, processed_at_ms)
         else:
-            tables[name] = pa.table({"row": _lines(selected)})
+            tables[name] = rows
     return tables, figures
 
 
-def _table_rows(table: str, texts: Any, batch_id: int, processed_at_ms: int) -> Any:
-    """One table's rows, from their JSON texts, with the engine's columns."""
+def _buffers(column: Any) -> list[Any]:
+    """The binary values of a column, as Arrow buffers (no copy)."""
+    return [value.as_buffer() for chunk in column.chunks for value in chunk]
+
+
+def _with_engine_columns(table: str, rows: Any, batch_id: int, processed_at_ms: int) -> Any:
+    """One table's rows with the engine's columns, where the table has them."""
     import pyarrow as pa
 
-    rows = _read_json(_row_schema(table), texts)
-    if rows is None:  # what pyarrow's reader refuses, Python's reads, as the sink did before
-        envelopes = [(table, line) for line in _lines(texts)]
-        parsed, _ = split_envelopes(envelopes, batch_id, processed_at_ms)
-        return pa.Table.from_pylist(parsed[table], schema=_full_schema(table))
     count = rows.num_rows
     columns = rows.columns
     fields = list(rows.schema)
@@ -104,87 +107,15 @@ def _table_rows(table: str, texts: Any, batch_id: int, processed_at_ms: int) -> 
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
-def _add_figures(figures: dict[str, int], texts: Any) -> None:
+def _add_figures(figures: dict[str, int], metrics: Any) -> None:
     """The ``_metrics`` rows of the batch, summed into ``figures``."""
     import pyarrow.compute as pc
 
-    metrics = _read_json(_metrics_schema(), texts)
-    if metrics is None:
-        _, summed = split_envelopes([(METRICS_TABLE, line) for line in _lines(texts)], 0, 0)
-        figures.update(summed)
-        return
     figures["keys_called"] = metrics.num_rows
     for column in ("events", "rejected", "timers_fired"):
-        figures[column] = int(pc.sum(pc.fill_null(metrics.column(column), 0)).as_py())
+        figures[column] = int(pc.sum(pc.fill_null(metrics.column(column), 0)).as_py() or 0)
     lateness = pc.max(pc.fill_null(metrics.column("max_timer_lateness_ms"), 0)).as_py()
-    figures["max_timer_lateness_ms"] = max(0, int(lateness))
-
-
-def _read_json(schema: Any, texts: Any) -> Any:
-    """The rows of JSON texts (one object a line) as an Arrow table with ``schema``, keys it
-    does not name dropped, missing ones null, by pyarrow's JSON reader; None when it refuses
-    them."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pj
-
-    chunk = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
-    offsets = pa.array([0, len(chunk)], pa.int32())
-    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, chunk), "\n")
-    count = pc.count_substring(joined, "\n")[0].as_py() + 1
-    data = joined[0].as_buffer()
-    try:
-        rows = pj.read_json(
-            pa.BufferReader(data),
-            read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, data.size + 1)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="ignore"
-            ),
-        )
-    except pa.ArrowInvalid as exc:
-        log.debug("pyarrow's JSON reader refused a batch's rows (%s): read by Python", exc)
-        return None
-    return rows if rows.num_rows == count else None
-
-
-def _lines(texts: Any) -> list[str]:
-    return [line for text in texts.to_pylist() for line in text.split("\n")]
-
-
-_ROW_SCHEMAS: dict[str, Any] = {}
-
-
-def _row_schema(table: str) -> Any:
-    """The table's columns an output row carries: all but the engine's, plus ``deleted``
-    for a merged table."""
-    schema = _ROW_SCHEMAS.get(table)
-    if schema is None:
-        import pyarrow as pa
-
-        engine = {name for name, _ in ENGINE_COLUMNS}
-        fields = [f for f in arrow_schema(TABLES[table]) if f.name not in engine]
-        if table in MERGED:
-            fields.append(pa.field("deleted", pa.bool_()))
-        schema = _ROW_SCHEMAS[table] = pa.schema(fields)
-    return schema
-
-
-def _full_schema(table: str) -> Any:
-    """The table's columns, plus ``deleted`` for a merged table."""
-    import pyarrow as pa
-
-    schema = arrow_schema(TABLES[table])
-    return schema.append(pa.field("deleted", pa.bool_())) if table in MERGED else schema
-
-
-MERGED: Final = ("groups",)  # io.sinks.MERGED_TABLES: rows that carry a ``deleted`` flag
-_METRICS_COLUMNS: Final = ("events", "rejected", "timers_fired", "max_timer_lateness_ms")
-
-
-def _metrics_schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema([pa.field(name, pa.int64()) for name in _METRICS_COLUMNS])
+    figures["max_timer_lateness_ms"] = max(0, int(lateness or 0))
 
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark on the stream thread (StreamExecution)

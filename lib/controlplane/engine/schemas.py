@@ -25,7 +25,8 @@ KEYED_INPUT: Final = struct_of(
     ("principal", S),
     ("reject_reason", S),
 )
-# One output row per produced table row: the table name and the row as JSON text.
-ENVELOPE: Final = struct_of(("table", S), ("row", S))
+# One output row per table per call: the table name and the call's rows of it as one Arrow
+# IPC stream (engine.envelope).
+ENVELOPE: Final = struct_of(("table", S), ("rows", BinaryType()))
 # The state of one key: our envelope version, the key's next deadline, the core's bytes.
 STATE: Final = struct_of(("version", I), ("deadline_ms", L), ("blob", BinaryType()))

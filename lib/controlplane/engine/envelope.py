@@ -1,0 +1,107 @@
+"""What the state function hands Spark, and the sink reads back: one row per table per call.
+
+A call's output rows are grouped by table; each table becomes one envelope row, ``table`` (its
+name) and ``rows`` (its rows as one Arrow IPC stream, in the table's columns). The rows are
+converted to Arrow in the Python worker that produced them, where the calls of a batch run side
+by side on the executors' cores, so the driver, which runs alone after the stateful stage, only
+reads the streams and concatenates them (docs/benchmarks/engine.md, issue 14).
+
+The columns of a table's stream are the table's own, less the ones the sink adds
+(``batch_id``, ``processed_at_ms``), plus ``deleted`` for a merged table (``groups``); the
+``_metrics`` row of a call has its figures' columns. The conversion is the one the per-row path
+gives (``batch.split_envelopes``: each row through JSON, then into the table's schema) for rows
+of JSON values, which is what the cores build: a value the direct conversion refuses and JSON
+writes (a numpy scalar, a set) sends the table's rows through JSON first, as that path would
+(tests/engine/test_sink_arrow.py compares the two on damaged input). A table this engine does
+not know is carried as its rows' JSON texts (column ``row``), for the sink to report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+
+from controlplane.io.schemas import ENGINE_COLUMNS, TABLES, arrow_schema
+
+METRICS_TABLE: Final = "_metrics"
+METRICS_COLUMNS: Final = ("events", "rejected", "timers_fired", "max_timer_lateness_ms")
+MERGED: Final = ("groups",)  # io.sinks.MERGED_TABLES: rows that carry a ``deleted`` flag
+UNKNOWN_COLUMN: Final = "row"
+
+Row = Mapping[str, Any]
+
+_SCHEMAS: dict[str, pa.Schema] = {}
+
+
+def row_schema(table: str) -> pa.Schema | None:
+    """The columns a call's rows of ``table`` carry; None for a table the engine does not know."""
+    schema = _SCHEMAS.get(table)
+    if schema is None:
+        if table == METRICS_TABLE:
+            schema = pa.schema([pa.field(name, pa.int64()) for name in METRICS_COLUMNS])
+        elif table in TABLES:
+            engine = {name for name, _ in ENGINE_COLUMNS}
+            fields = [f for f in arrow_schema(TABLES[table]) if f.name not in engine]
+            if table in MERGED:
+                fields.append(pa.field("deleted", pa.bool_()))
+            schema = pa.schema(fields)
+        else:
+            return None
+        _SCHEMAS[table] = schema
+    return schema
+
+
+def to_table(table: str, rows: Sequence[Row], dumps: Callable[[Row], str]) -> pa.Table:
+    """A call's rows of ``table`` as Arrow; ``dumps`` is the row's JSON text (the adapter's)."""
+    schema = row_schema(table)
+    if schema is None:
+        return pa.table({UNKNOWN_COLUMN: pa.array([dumps(row) for row in rows], pa.string())})
+    try:
+        return pa.Table.from_pylist(list(rows), schema=schema)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        # what JSON would change first (bytes as base64, a number type, ...): as the per-row
+        # path reads it; a row JSON cannot fit either fails here, as it fails there
+        return pa.Table.from_pylist([json.loads(dumps(row)) for row in rows], schema=schema)
+
+
+def pack(table: pa.Table) -> bytes:
+    """One table's rows as an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+
+
+def unpack(data: Any) -> pa.Table:
+    """An envelope's rows (bytes or an Arrow buffer) as the table they were packed from."""
+    return pa.ipc.open_stream(data).read_all()
+
+
+def columns(
+    rows_by_table: Mapping[str, Sequence[Row]], dumps: Callable[[Row], str]
+) -> dict[str, list[Any]]:
+    """The envelope rows of a call, as the columns of the frame handed to Spark."""
+    names = list(rows_by_table)
+    packed = [pack(to_table(name, rows_by_table[name], dumps)) for name in names]
+    return {"table": names, "rows": packed}
+
+
+def envelope_table(
+    rows: Sequence[tuple[str, Row]], dumps: Callable[[Row], str] | None = None
+) -> pa.Table:
+    """``(table, row)`` pairs as the Arrow table a batch's envelopes make (what the sink's
+    ``toArrow`` returns): one envelope per table, in first-seen order."""
+    by_table: dict[str, list[Row]] = {}
+    for name, row in rows:
+        by_table.setdefault(name, []).append(row)
+    out = columns(by_table, dumps or _json_text)
+    return pa.table(
+        {"table": pa.array(out["table"], pa.string()), "rows": pa.array(out["rows"], pa.binary())}
+    )
+
+
+def _json_text(row: Row) -> str:
+    return json.dumps(row, separators=(",", ":"))
