@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from controlplane.core.config import CoordinatorConfig
-from controlplane.core.coordinator import machine
+from controlplane.core.coordinator import admin, machine
 from controlplane.core.coordinator.records import EventKind
 from controlplane.core.coordinator.state import GroupPhase, Member, TimerKind
 from controlplane.core.errors import Errors
@@ -256,6 +256,19 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert group.phase is GroupPhase.COMPLETING_REBALANCE
         assert set(group.pending_sync_members) <= {m.member_id for m in group.members}
         assert not set(group.pending_join_members) & {m.member_id for m in group.members}
+
+    @invariant()
+    def the_groups_row_is_the_describe_answer_s_fields(self) -> None:
+        """``group_row`` (built directly, per group a batch touches) says what DescribeGroups
+        says of the group: its state, generation, protocol, leader and described members."""
+        if self.h.group is None:
+            return
+        fields = admin.summary(self.h.state)
+        members = [
+            {name: getattr(m, name) for name in m.__slots__} for m in fields.pop("group_members")
+        ]
+        expected = {"group_id": self.h.state.group_id, **fields, "members": members}
+        assert machine.group_row(self.h.state, 7) == {**expected, "updated_at_ms": 7}
 
     @invariant()
     def next_deadline_is_not_in_the_past(self) -> None:

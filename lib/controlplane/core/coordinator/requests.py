@@ -157,4 +157,10 @@ REQUEST_TYPE: dict[type, RequestType] = {
 }
 
 
-make_protocol = fast_constructor(Protocol)  # quick constructor (``frozen.py``), for decoding
+# Quick constructors (``frozen.py``): what the wire parser builds per event, and decoding.
+make_protocol = fast_constructor(Protocol)
+make_assignment = fast_constructor(Assignment)
+make_header = fast_constructor(Header)
+make_join = fast_constructor(JoinGroup)
+make_sync = fast_constructor(SyncGroup)
+make_heartbeat = fast_constructor(Heartbeat)

@@ -47,6 +47,12 @@ from controlplane.core.coordinator.requests import (
     SyncGroup,
     Tick,
     TopicPartitions,
+    make_assignment,
+    make_header,
+    make_heartbeat,
+    make_join,
+    make_protocol,
+    make_sync,
 )
 from controlplane.core.errors import Errors
 from controlplane.core.jsonwire import (
@@ -132,9 +138,10 @@ def parse_request(raw: Mapping[str, Any]) -> Request:
     """Parse one wire object; raises WireError naming the first bad field."""
     if not isinstance(raw, Mapping):
         raise WireError("event", "not a JSON object")
-    for name in raw:
-        if name not in KNOWN_FIELDS and not (isinstance(name, str) and name.startswith("_")):
-            raise WireError(str(name), "unknown field")
+    if not raw.keys() <= KNOWN_FIELDS:  # one set operation for the common case
+        for name in raw:
+            if name not in KNOWN_FIELDS and not (isinstance(name, str) and name.startswith("_")):
+                raise WireError(str(name), "unknown field")
     request_type = _request_type(raw)
     header = _header(raw, request_type)
     _check_unused_fields(raw, request_type)
@@ -173,13 +180,15 @@ _TOPIC_FIELDS: Final = frozenset({"topic", "partitions"})
 def _protocol(value: Any, path: str) -> Protocol:
     entry = json_object(value, path, _PROTOCOL_FIELDS)
     name = text(entry, "name", f"{path}.name")
-    return Protocol(name=name, metadata=base64_text(entry, "metadata", f"{path}.metadata"))
+    return make_protocol(name=name, metadata=base64_text(entry, "metadata", f"{path}.metadata"))
 
 
 def _assignment(value: Any, path: str) -> Assignment:
     entry = json_object(value, path, _ASSIGNMENT_FIELDS)
     member_id = text(entry, "member_id", f"{path}.member_id")
-    return Assignment(member_id, base64_text(entry, "assignment", f"{path}.assignment"))
+    return make_assignment(
+        member_id=member_id, assignment=base64_text(entry, "assignment", f"{path}.assignment")
+    )
 
 
 def _leave_identity(value: Any, path: str) -> LeaveIdentity:
@@ -259,8 +268,16 @@ def _header(raw: Mapping[str, Any], request_type: RequestType) -> Header:
         and get("timeout_ms") is None
         and get("arrival_time_ms") is None
     ):
-        return Header(
-            event_id, time_ms, group_id, member_id, instance_id, version, None, None, None
+        return make_header(
+            event_id=event_id,
+            event_time_ms=time_ms,
+            group_id=group_id,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            request_version=version,
+            reason=None,
+            timeout_ms=None,
+            arrival_time_ms=None,
         )
     return _checked_header(raw, request_type)
 
@@ -353,7 +370,7 @@ def _join(raw: Mapping[str, Any], header: Header) -> JoinGroup:
     session = int_field(raw, "session_timeout_ms", "session_timeout_ms")
     protocol_type = text(raw, "protocol_type", "protocol_type")
     protocols = need(array(raw, "protocols", "protocols", _protocol), "protocols")
-    return JoinGroup(
+    return make_join(
         header=header,
         session_timeout_ms=session,
         rebalance_timeout_ms=_rebalance_timeout(raw),
@@ -365,7 +382,7 @@ def _join(raw: Mapping[str, Any], header: Header) -> JoinGroup:
 
 
 def _sync(raw: Mapping[str, Any], header: Header) -> SyncGroup:
-    return SyncGroup(
+    return make_sync(
         header=header,
         generation_id=_generation(raw),
         protocol_type=string(raw, "protocol_type", "protocol_type"),
@@ -375,7 +392,7 @@ def _sync(raw: Mapping[str, Any], header: Header) -> SyncGroup:
 
 
 def _heartbeat(raw: Mapping[str, Any], header: Header) -> Heartbeat:
-    return Heartbeat(header=header, generation_id=_generation(raw))
+    return make_heartbeat(header=header, generation_id=_generation(raw))
 
 
 def _leave(raw: Mapping[str, Any], header: Header) -> LeaveGroup:
