@@ -22,10 +22,12 @@ as JSON texts: the per-row form the tests compare against.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from json.encoder import (  # type: ignore[attr-defined]
     c_make_encoder,
@@ -219,10 +221,12 @@ class StateFunction:
         import pandas as pd
 
         by_table: dict[str, list[Row]] = {}
-        for table, row in self.rows(frames, state):
-            by_table.setdefault(table, []).append(row)
-        # one output row per table: its rows as one Arrow stream (engine.envelope)
-        yield pd.DataFrame(envelope.columns(by_table, row_text))
+        with _no_cyclic_gc():
+            for table, row in self.rows(frames, state):
+                by_table.setdefault(table, []).append(row)
+            # one output row per table: its rows as one Arrow stream (engine.envelope)
+            frame = pd.DataFrame(envelope.columns(by_table, row_text))
+        yield frame
 
     def tick_ms(self, state: Any) -> int:
         if self.mode is TimeMode.EVENT_TIME:
@@ -300,6 +304,25 @@ class StateFunction:
             # Spark adds the duration to the batch time: keep the sum a long (a century is
             # "never" for a timer; the key wakes, finds nothing due, and sleeps again).
             state.setTimeoutDuration(min(max(1, deadline - tick), CENTURY_MS))
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for one call. A call allocates tens of
+    container objects per event (rows, requests, group values), none of them in a cycle, and
+    each allocation burst starts collections that rescan what the worker keeps alive (pandas,
+    pyarrow, pyspark: hundreds of thousands of objects): measured at a third of the runner's
+    time on heartbeats (docs/benchmarks/engine.md, issue 14). Reference counting frees the
+    call's values as before; a cycle made during the call is collected at the next collection
+    after it."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def row_text(row: Mapping[str, Any]) -> str:
