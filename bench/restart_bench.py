@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from engine_bench import _drop, idle_workload, read  # noqa: E402
+from engine_bench import _drop, count, idle_workload, read  # noqa: E402
 
 
 def spawn(config: Path, out: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -76,7 +76,9 @@ def log_files(out: Path, kind: str) -> dict[int, float]:
 
 
 def answered(out: Path, event_id: str) -> bool:
-    return any(r["event_id"] == event_id for r in read(out / "tables" / "decisions"))
+    import pyarrow.compute as pc
+
+    return count(out / "tables" / "decisions", pc.field("event_id") == event_id) > 0
 
 
 def wait(check: Any, deadline_s: float, job: subprocess.Popen[bytes], what: str) -> float:
@@ -165,7 +167,7 @@ def main() -> int:
             _drop(landing, [{**e, "event_time_ms": now_ms} for e in events], f"s{number}")
             time.sleep(1.0)
         wait(
-            lambda: len(read(out / "tables" / "decisions")) >= 2 * args.groups + 1,
+            lambda: count(out / "tables" / "decisions") >= 2 * args.groups + 1,
             1800,
             job,
             f"answers for {args.groups} groups",
