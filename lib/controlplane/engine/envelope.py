@@ -62,8 +62,8 @@ def to_table(table: str, rows: Sequence[Row], dumps: Callable[[Row], str]) -> pa
     try:
         return pa.Table.from_pylist(list(rows), schema=schema)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        # what JSON would change first (bytes as base64, a number type, ...): as the per-row
-        # path reads it; a row JSON cannot fit either fails here, as it fails there
+        # a value JSON changes first (a numpy scalar, a set, ...): read as the per-row path
+        # reads it; a row that fits neither fails here, as it fails there
         return pa.Table.from_pylist([json.loads(dumps(row)) for row in rows], schema=schema)
 
 
