@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from controlplane.core.runtime import Runner
 from controlplane.engine import envelope, progress
-from controlplane.engine.adapter import METRICS_TABLE, StateFunction, row_text
+from controlplane.engine.adapter import METRICS_TABLE, StateFunction
 from controlplane.engine.batch import BatchSink, split_batch, split_envelopes
 from controlplane.engine.options import Keying, TimeMode
 from controlplane.engine.queries import CoordinatorRunners, QuotaKeyer, QuotaRunners
@@ -149,8 +149,7 @@ def test_a_row_arrow_refuses_goes_through_json_as_the_per_row_path() -> None:
             ("rejected_events", {"raw": Scalar(), "reason": "r"}),
             ("mystery", {"x": 1}),
             (METRICS_TABLE, {"events": 2, "rejected": 0, "timers_fired": 1}),
-        ],
-        row_text,
+        ]
     )
     tables, figures = split_batch(table, 1, 2)
     rejected = tables["rejected_events"].to_pylist()

@@ -29,16 +29,12 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from json.encoder import (  # type: ignore[attr-defined]
-    c_make_encoder,
-    encode_basestring_ascii,
-)
 from typing import Any
 
 from controlplane.core.jsonwire import INT64_MAX, decode_event_text, long_or_none
 from controlplane.core.runtime import Runner, RunResult, TimedEvent
 from controlplane.engine import envelope
-from controlplane.engine.envelope import METRICS_TABLE
+from controlplane.engine.envelope import METRICS_TABLE, Row, row_text
 from controlplane.engine.options import TimeMode
 
 log = logging.getLogger(__name__)
@@ -48,7 +44,6 @@ NO_DEADLINE = -1
 CENTURY_MS = 100 * 365 * 86_400_000
 REJECTED_TABLE = "rejected_events"
 ORDER_COLUMNS = ["arrival_time_ms", "source", "seq"]
-Row = Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,12 +215,9 @@ class StateFunction:
     def __call__(self, key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
-        by_table: dict[str, list[Row]] = {}
         with _no_cyclic_gc():
-            for table, row in self.rows(frames, state):
-                by_table.setdefault(table, []).append(row)
             # one output row per table: its rows as one Arrow stream (engine.envelope)
-            frame = pd.DataFrame(envelope.columns(by_table, row_text))
+            frame = pd.DataFrame(envelope.columns(self.rows(frames, state)))
         yield frame
 
     def tick_ms(self, state: Any) -> int:
@@ -311,8 +303,9 @@ def _no_cyclic_gc() -> Iterator[None]:
     """Python's cyclic garbage collector paused for one call. A call allocates tens of
     container objects per event (rows, requests, group values), none of them in a cycle, and
     each allocation burst starts collections that rescan what the worker keeps alive (pandas,
-    pyarrow, pyspark: hundreds of thousands of objects): measured at a third of the runner's
-    time on heartbeats (docs/benchmarks/engine.md, issue 14). Reference counting frees the
+    pyarrow, pyspark: hundreds of thousands of objects): 3-20 % of a heartbeat batch's time in
+    the state function, measured alternating (docs/benchmarks/engine.md, issue 14). Reference
+    counting frees the
     call's values as before; a cycle made during the call is collected at the next collection
     after it."""
     paused = gc.isenabled()
@@ -323,34 +316,3 @@ def _no_cyclic_gc() -> Iterator[None]:
     finally:
         if paused:
             gc.enable()
-
-
-def row_text(row: Mapping[str, Any]) -> str:
-    """``json.dumps(row, separators=(",", ":"), default=_jsonable)``, with the encoder built
-    once (``json.dumps`` with arguments builds one per call). Without the check for circular
-    containers: a row is a tree of dicts, lists and scalars."""
-    return "".join(_ENCODE(row, 0))
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        import base64
-
-        return base64.b64encode(value).decode("ascii")
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    if isinstance(value, tuple | frozenset | set):
-        return list(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _encoder() -> Callable[[Any, int], Any]:
-    if c_make_encoder is not None:
-        return c_make_encoder(  # type: ignore[no-any-return]
-            None, _jsonable, encode_basestring_ascii, None, ":", ",", False, False, True
-        )
-    encoder = json.JSONEncoder(separators=(",", ":"), default=_jsonable)
-    return lambda row, _: encoder.iterencode(row)
-
-
-_ENCODE = _encoder()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from controlplane.engine import envelope, progress
-from controlplane.engine.envelope import METRICS_TABLE
+from controlplane.engine.envelope import METRICS_COLUMNS, METRICS_TABLE
 from controlplane.io.kafka_clients import AnswerRecord, AnswersPublisher
 from controlplane.io.locations import TableNames
 from controlplane.io.schemas import ENGINE_COLUMNS, TABLES
@@ -41,8 +41,7 @@ def split_envelopes(
     the per-row form of a batch (``StateFunction.call``'s JSON texts): the reference
     ``split_batch`` is tested against."""
     tables: dict[str, list[dict[str, Any]]] = {}
-    figures = {"events": 0, "rejected": 0, "timers_fired": 0, "max_timer_lateness_ms": 0}
-    figures["keys_called"] = 0
+    figures = _no_figures()
     for table, text in envelopes:
         row = json.loads(text)
         if table == METRICS_TABLE:
@@ -68,8 +67,7 @@ def split_batch(
     texts (column ``row``), for the caller to report."""
     import pyarrow as pa
 
-    figures = {"events": 0, "rejected": 0, "timers_fired": 0, "max_timer_lateness_ms": 0}
-    figures["keys_called"] = 0
+    figures = _no_figures()
     parts: dict[str, list[Any]] = {}
     names, packed = arrow.column("table"), arrow.column("rows")
     for name, data in zip(names.to_pylist(), _buffers(packed), strict=True):
@@ -84,6 +82,11 @@ def split_batch(
         else:
             tables[name] = rows
     return tables, figures
+
+
+def _no_figures() -> dict[str, int]:
+    """A batch's figures before its first ``_metrics`` row."""
+    return {name: 0 for name in (*METRICS_COLUMNS, "keys_called")}
 
 
 def _buffers(column: Any) -> list[Any]:

@@ -19,16 +19,20 @@ not know is carried as its rows' JSON texts (column ``row``), for the sink to re
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring_ascii,
+)
 from typing import Any, Final
 
 import pyarrow as pa
 
 from controlplane.io.schemas import ENGINE_COLUMNS, TABLES, arrow_schema
+from controlplane.io.sinks import MERGED_TABLES
 
 METRICS_TABLE: Final = "_metrics"
 METRICS_COLUMNS: Final = ("events", "rejected", "timers_fired", "max_timer_lateness_ms")
-MERGED: Final = ("groups",)  # io.sinks.MERGED_TABLES: rows that carry a ``deleted`` flag
 UNKNOWN_COLUMN: Final = "row"
 
 Row = Mapping[str, Any]
@@ -45,7 +49,7 @@ def row_schema(table: str) -> pa.Schema | None:
         elif table in TABLES:
             engine = {name for name, _ in ENGINE_COLUMNS}
             fields = [f for f in arrow_schema(TABLES[table]) if f.name not in engine]
-            if table in MERGED:
+            if table in MERGED_TABLES:  # rows that carry a ``deleted`` flag
                 fields.append(pa.field("deleted", pa.bool_()))
             schema = pa.schema(fields)
         else:
@@ -54,17 +58,17 @@ def row_schema(table: str) -> pa.Schema | None:
     return schema
 
 
-def to_table(table: str, rows: Sequence[Row], dumps: Callable[[Row], str]) -> pa.Table:
-    """A call's rows of ``table`` as Arrow; ``dumps`` is the row's JSON text (the adapter's)."""
+def to_table(table: str, rows: Sequence[Row]) -> pa.Table:
+    """A call's rows of ``table`` as Arrow."""
     schema = row_schema(table)
     if schema is None:
-        return pa.table({UNKNOWN_COLUMN: pa.array([dumps(row) for row in rows], pa.string())})
+        return pa.table({UNKNOWN_COLUMN: pa.array([row_text(row) for row in rows], pa.string())})
     try:
         return pa.Table.from_pylist(list(rows), schema=schema)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         # a value JSON changes first (a numpy scalar, a set, ...): read as the per-row path
         # reads it; a row that fits neither fails here, as it fails there
-        return pa.Table.from_pylist([json.loads(dumps(row)) for row in rows], schema=schema)
+        return pa.Table.from_pylist([json.loads(row_text(row)) for row in rows], schema=schema)
 
 
 def pack(table: pa.Table) -> bytes:
@@ -80,28 +84,52 @@ def unpack(data: Any) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
-def columns(
-    rows_by_table: Mapping[str, Sequence[Row]], dumps: Callable[[Row], str]
-) -> dict[str, list[Any]]:
-    """The envelope rows of a call, as the columns of the frame handed to Spark."""
-    names = list(rows_by_table)
-    packed = [pack(to_table(name, rows_by_table[name], dumps)) for name in names]
-    return {"table": names, "rows": packed}
-
-
-def envelope_table(
-    rows: Sequence[tuple[str, Row]], dumps: Callable[[Row], str] | None = None
-) -> pa.Table:
-    """``(table, row)`` pairs as the Arrow table a batch's envelopes make (what the sink's
-    ``toArrow`` returns): one envelope per table, in first-seen order."""
+def columns(rows: Iterable[tuple[str, Row]]) -> dict[str, list[Any]]:
+    """A call's ``(table, row)`` pairs as the columns of the frame handed to Spark: one
+    envelope per table, in first-seen order."""
     by_table: dict[str, list[Row]] = {}
     for name, row in rows:
         by_table.setdefault(name, []).append(row)
-    out = columns(by_table, dumps or _json_text)
+    return {
+        "table": list(by_table),
+        "rows": [pack(to_table(name, table_rows)) for name, table_rows in by_table.items()],
+    }
+
+
+def envelope_table(rows: Iterable[tuple[str, Row]]) -> pa.Table:
+    """``columns`` as the Arrow table the sink's ``toArrow`` returns for them."""
+    out = columns(rows)
     return pa.table(
         {"table": pa.array(out["table"], pa.string()), "rows": pa.array(out["rows"], pa.binary())}
     )
 
 
-def _json_text(row: Row) -> str:
-    return json.dumps(row, separators=(",", ":"))
+def row_text(row: Row) -> str:
+    """A row's JSON text: ``json.dumps(row, separators=(",", ":"), default=_jsonable)``, with
+    the encoder built once (``json.dumps`` with arguments builds one per call). Without the
+    check for circular containers: a row is a tree of dicts, lists and scalars."""
+    return "".join(_ENCODE(row, 0))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        import base64
+
+        return base64.b64encode(value).decode("ascii")
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, tuple | frozenset | set):
+        return list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _encoder() -> Callable[[Any, int], Any]:
+    if c_make_encoder is not None:
+        return c_make_encoder(  # type: ignore[no-any-return]
+            None, _jsonable, encode_basestring_ascii, None, ":", ",", False, False, True
+        )
+    encoder = json.JSONEncoder(separators=(",", ":"), default=_jsonable)
+    return lambda row, _: encoder.iterencode(row)
+
+
+_ENCODE = _encoder()
