@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any
 
@@ -253,3 +254,30 @@ def test_a_line_naming_group_id_twice_is_rejected() -> None:
     assert [r["raw"] for r in out["rejected_events"]] == [raw]
     assert out["rejected_events"][0]["reason"].endswith("duplicate key group_id")
     assert [r["event_id"] for r in out["decisions"]] == ["y"]
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_the_cyclic_gc_is_paused_for_a_call_and_restored_after_it(enabled_before: bool) -> None:
+    during: list[bool] = []
+
+    class Spy(CountingRunner):
+        def run(self, state: bytes | None, events: Any, tick_ms: int | None) -> Any:
+            during.append(gc.isenabled())
+            return super().run(state, events, tick_ms)
+
+    class Broken:
+        def run(self, state: bytes | None, events: Any, tick_ms: int | None) -> Any:
+            during.append(gc.isenabled())
+            raise RuntimeError("boom")
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled_before else gc.disable)()
+        for runner in (Spy, Broken):
+            state = FakeGroupState(batch_time_ms=0)
+            call = StateFunction(runner, TimeMode.PROCESSING_TIME)
+            list(call(("k",), iter([frame({"raw": line("a")})]), state))
+            assert gc.isenabled() is enabled_before
+        assert during == [False, False]
+    finally:
+        (gc.enable if was else gc.disable)()
