@@ -281,3 +281,32 @@ def test_the_cyclic_gc_is_paused_for_a_call_and_restored_after_it(enabled_before
         assert during == [False, False]
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_worker_freezes_what_it_holds_at_its_first_call_once_per_process() -> None:
+    """PySpark's daemon runs a full collection after every task: what the worker held at its
+    first call (imports, pandas, pyarrow) is moved out of its reach once, not at every call."""
+    from controlplane.engine import adapter
+
+    def called() -> None:
+        state = FakeGroupState(batch_time_ms=0)
+        list(
+            StateFunction(CountingRunner, TimeMode.PROCESSING_TIME)(
+                ("k",), iter([frame({"raw": line("a")})]), state
+            )
+        )
+
+    gc.unfreeze()
+    adapter._FROZEN_IN.clear()
+    try:
+        called()
+        first = gc.get_freeze_count()
+        assert first > 0
+        kept = [[i] for i in range(1000)]  # tracked objects made after the first call
+        called()
+        assert gc.get_freeze_count() == first  # not frozen again in the same process
+        adapter._FROZEN_IN[:] = [-1]  # as a process forked after the freeze
+        called()
+        assert gc.get_freeze_count() >= first + len(kept)
+    finally:
+        gc.unfreeze()

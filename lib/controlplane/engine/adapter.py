@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -310,9 +311,30 @@ def _no_cyclic_gc() -> Iterator[None]:
     after it."""
     paused = gc.isenabled()
     if paused:
+        _freeze_once()
         gc.disable()
     try:
         yield
     finally:
         if paused:
             gc.enable()
+
+
+_FROZEN_IN: list[int] = []  # the process that froze its objects (a forked worker does its own)
+
+
+def _freeze_once() -> None:
+    """Move what the worker process holds at its first call (modules, classes, pandas,
+    pyarrow, pyspark: ~76,000 objects) out of the cyclic collector's reach, once per process.
+
+    PySpark's daemon runs a full ``gc.collect()`` in the worker after every task, and each one
+    rescanned all of them: 10.8 % of the Python workers' CPU samples in a saturated run of
+    bench/engine_bench.py, 2.1 % with the freeze (docs/benchmarks/engine.md, issue 14). A
+    collection runs first, so no garbage is frozen; what the first task still holds then (its
+    command, its first frames) is never collected as a cycle: a one-off, bounded cost."""
+    pid = os.getpid()
+    if _FROZEN_IN and _FROZEN_IN[0] == pid:
+        return
+    gc.collect()
+    gc.freeze()
+    _FROZEN_IN[:] = [pid]
