@@ -14,7 +14,7 @@ import pytest
 
 from controlplane.core.config import ConfigError, parse_settings
 from controlplane.engine import launch
-from controlplane.engine.adapter import StateFunction, parse_row
+from controlplane.engine.adapter import StateFunction, input_row, parse_row
 from controlplane.engine.batch import BatchSink, answer_records
 from controlplane.engine.envelope import envelope_table
 from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_engine_options
@@ -377,7 +377,7 @@ def test_a_record_the_source_refused_is_rejected_with_its_reason_not_parsed() ->
         "principal": None,
         "reject_reason": "no 'user' header: a quota request needs exactly one",
     }
-    assert parse_row(row, TimeMode.PROCESSING_TIME, 10) == {
+    assert parse_row(input_row(row), TimeMode.PROCESSING_TIME, 10) == {
         "raw": row["raw"],
         "reason": "no 'user' header: a quota request needs exactly one",
         "source": "requests/1/42",
@@ -393,8 +393,10 @@ def test_a_record_the_source_refused_is_rejected_with_its_reason_not_parsed() ->
 def test_a_kafka_record_is_named_by_topic_partition_and_offset() -> None:
     """A file line is ``file:N`` (1-based); a Kafka record's source names it already."""
     row = {"raw": '{"event_id": "a"}', "source": "requests/1/42", "arrival_time_ms": 5}
-    kafka_event = parse_row({**row, "seq": None}, TimeMode.PROCESSING_TIME, 10)
-    file_event = parse_row({**row, "source": "f.jsonl", "seq": 3}, TimeMode.PROCESSING_TIME, 10)
+    kafka_event = parse_row(input_row({**row, "seq": None}), TimeMode.PROCESSING_TIME, 10)
+    file_event = parse_row(
+        input_row({**row, "source": "f.jsonl", "seq": 3}), TimeMode.PROCESSING_TIME, 10
+    )
     assert getattr(kafka_event, "line", None) == "requests/1/42"
     assert getattr(file_event, "line", None) == "f.jsonl:4"
 

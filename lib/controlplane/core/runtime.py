@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from controlplane.core.frozen import fast_constructor
+
 
 @dataclass(frozen=True, slots=True)
 class TimedEvent:
@@ -29,6 +31,9 @@ class TimedEvent:
     line: str | None = None  # e.g. "events.jsonl:12"; named in INVALID_REQUEST messages
     error: str | None = None  # set when the text could not be parsed into a JSON object
     raw: str | None = None  # the text as received, kept when ``error`` is set
+
+
+make_timed_event = fast_constructor(TimedEvent)  # built per event by the engine
 
 
 @dataclass(frozen=True, slots=True)
