@@ -11,6 +11,8 @@ import pytest
 
 from controlplane.engine.session import (
     CHECKPOINT_MANAGER_KEY,
+    DAEMON_MODULE,
+    DAEMON_MODULE_KEY,
     IncompatibleVersions,
     arrow_incompatibility,
     build_local_session,
@@ -100,4 +102,4 @@ def test_an_unreadable_jar_leaves_spark_s_default_manager(tmp_path: Path) -> Non
 def test_the_installed_pyspark_has_the_class_and_local_sessions_name_it() -> None:
     name = checkpoint_manager_class()
     assert name in (SPARK_40_CLASS, SPARK_41_CLASS)
-    assert local_conf() == {CHECKPOINT_MANAGER_KEY: name}
+    assert local_conf() == {CHECKPOINT_MANAGER_KEY: name, DAEMON_MODULE_KEY: DAEMON_MODULE}

@@ -96,3 +96,20 @@ def test_the_local_session_writes_checkpoints_through_the_filesystem_manager(spa
 
     assert spark.conf.get(CHECKPOINT_MANAGER_KEY) == checkpoint_manager_class()
     assert spark._jvm.java.lang.Class.forName(spark.conf.get(CHECKPOINT_MANAGER_KEY))
+
+
+def pyspark_files(frames: Any) -> Any:
+    import pandas as pd
+    import pyspark
+
+    for _ in frames:
+        yield pd.DataFrame({"file": [pyspark.__file__]})
+
+
+def test_the_local_session_s_workers_import_the_installed_pyspark_not_spark_s_zip(
+    spark: Any,
+) -> None:
+    # Modules imported from a zip are compiled from source in every new worker (~1.2 s).
+    files = {row.file for row in spark.range(2).mapInPandas(pyspark_files, "file string").collect()}
+    assert files
+    assert not any(".zip" in file for file in files), files

@@ -79,10 +79,17 @@ def pyspark_jars_dir() -> Path:
     return Path(pyspark.__file__).parent / "jars"
 
 
+DAEMON_MODULE_KEY = "spark.python.daemon.module"
+DAEMON_MODULE = "controlplane.engine.pydaemon"
+
+
 def local_conf() -> dict[str, str]:
-    """What only local sessions set: the checkpoint manager, when this Spark has the class."""
+    """What only local sessions set: the checkpoint manager, when this Spark has the class, and
+    the Python workers' daemon that imports the installed pyspark instead of Spark's zip of
+    it (engine/pydaemon.py)."""
     name = checkpoint_manager_class()
-    return {CHECKPOINT_MANAGER_KEY: name} if name else {}
+    conf = {DAEMON_MODULE_KEY: DAEMON_MODULE}
+    return {**conf, CHECKPOINT_MANAGER_KEY: name} if name else conf
 
 
 DELTA_CONF: dict[str, str] = {
