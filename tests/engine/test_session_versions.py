@@ -103,3 +103,15 @@ def test_the_installed_pyspark_has_the_class_and_local_sessions_name_it() -> Non
     name = checkpoint_manager_class()
     assert name in (SPARK_40_CLASS, SPARK_41_CLASS)
     assert local_conf() == {CHECKPOINT_MANAGER_KEY: name, DAEMON_MODULE_KEY: DAEMON_MODULE}
+
+
+def test_the_daemon_is_named_only_when_the_workers_python_can_import_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from controlplane.engine.session import workers_import
+
+    assert workers_import(DAEMON_MODULE)
+    assert not workers_import("controlplane.engine.no_such_module")
+    monkeypatch.setenv("PYSPARK_PYTHON", str(tmp_path / "no-python"))
+    assert not workers_import(DAEMON_MODULE)
+    assert DAEMON_MODULE_KEY not in local_conf()

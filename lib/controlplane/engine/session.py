@@ -12,6 +12,7 @@ session reads and writes ``format("delta")`` and ``format("kafka")`` like a Data
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -86,10 +87,31 @@ DAEMON_MODULE = "controlplane.engine.pydaemon"
 def local_conf() -> dict[str, str]:
     """What only local sessions set: the checkpoint manager, when this Spark has the class, and
     the Python workers' daemon that imports the installed pyspark instead of Spark's zip of
-    it (engine/pydaemon.py)."""
+    it (engine/pydaemon.py), when the workers' Python can import it."""
     name = checkpoint_manager_class()
-    conf = {DAEMON_MODULE_KEY: DAEMON_MODULE}
+    conf = {DAEMON_MODULE_KEY: DAEMON_MODULE} if workers_import(DAEMON_MODULE) else {}
     return {**conf, CHECKPOINT_MANAGER_KEY: name} if name else conf
+
+
+def workers_import(module: str) -> bool:
+    """Whether the Python the workers run (``PYSPARK_PYTHON``, else this one), with this
+    process's environment (the workers inherit it), finds ``module``: a daemon it cannot
+    import would fail every Python task of the session, not only the engine's. One process
+    start, ~50 ms, per distinct interpreter and ``PYTHONPATH``."""
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    return _finds(python, os.environ.get("PYTHONPATH", ""), module)
+
+
+@functools.lru_cache(maxsize=8)
+def _finds(python: str, pythonpath: str, module: str) -> bool:
+    import subprocess
+
+    check = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:
+        done = subprocess.run([python, "-c", check], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 DELTA_CONF: dict[str, str] = {
