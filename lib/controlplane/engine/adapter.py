@@ -164,23 +164,20 @@ def _number(value: Any) -> int | None:
 _DIGITS = re.compile(r"(\d+)")
 
 
-def _source_order(
-    row: InputRow, orders: dict[Any, tuple[bool, Any]] | None = None
-) -> tuple[Any, ...]:
+def _source_order(row: InputRow, orders: dict[Any, tuple[bool, Any]]) -> tuple[Any, ...]:
     """(arrival time, source, seq), each None last, the source compared with its numbers as
     numbers: a Kafka source is ``topic/partition/offset``, and offset 100 comes after 99 (as
     text it sorted first, reordering a partition's records that share a timestamp). One flat
-    tuple per row: a None is (True, 0), a value (False, value)."""
+    tuple per row: a None is (True, 0), a value (False, value). ``orders`` keeps each
+    source's part, computed once per call."""
     _, source, _, _, arrival, seq = row
-    order = None if orders is None else orders.get(source)
+    order = orders.get(source)
     if order is None:
         key = source
         if isinstance(source, str):
             parts = _DIGITS.split(source)
             key = tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
-        order = (key is None, "" if key is None else key)
-        if orders is not None:
-            orders[source] = order
+        order = orders[source] = (key is None, "" if key is None else key)
     return (arrival is None, arrival or 0, *order, seq is None, seq or 0)
 
 
@@ -300,9 +297,8 @@ def _no_cyclic_gc() -> Iterator[None]:
     each allocation burst starts collections that rescan what the worker keeps alive (pandas,
     pyarrow, pyspark: hundreds of thousands of objects): 3-20 % of a heartbeat batch's time in
     the state function, measured alternating (docs/benchmarks/engine.md, issue 14). Reference
-    counting frees the
-    call's values as before; a cycle made during the call is collected at the next collection
-    after it."""
+    counting frees the call's values as before; a cycle made during the call is collected at
+    the next collection after it."""
     paused = gc.isenabled()
     if paused:
         _freeze_once()
@@ -323,7 +319,7 @@ def _freeze_once() -> None:
 
     PySpark's daemon runs a full ``gc.collect()`` in the worker after every task, and each one
     rescanned all of them: 10.8 % of the Python workers' CPU samples in a saturated run of
-    bench/engine_bench.py, 2.1 % with the freeze (docs/benchmarks/engine.md, issue 14). A
+    bench/engine_bench.py, 1.5-2.1 % with the freeze (docs/benchmarks/engine.md, issue 14). A
     collection runs first, so no garbage is frozen; what the first task still holds then (its
     command, its first frames) is never collected as a cycle: a one-off, bounded cost."""
     pid = os.getpid()

@@ -108,7 +108,8 @@ def _finds(python: str, pythonpath: str, module: str) -> bool:
 
     check = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
     try:
-        done = subprocess.run([python, "-c", check], capture_output=True, timeout=60)
+        env = {**os.environ, "PYTHONPATH": pythonpath}
+        done = subprocess.run([python, "-c", check], env=env, capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
