@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.core.config import CoordinatorConfig
+from controlplane.core.coordinator import machine
 from controlplane.core.coordinator.runner import (
     DECISIONS,
     GROUP_EVENTS,
@@ -20,6 +21,7 @@ from controlplane.core.coordinator.runner import (
     CoordinatorRunner,
     CoordinatorShard,
 )
+from controlplane.core.coordinator.state import TimerKind
 from controlplane.core.idempotence import WINDOW
 from controlplane.core.runtime import TimedEvent
 
@@ -541,6 +543,70 @@ def test_no_groups_left_means_no_state() -> None:
     assert result.state is None
     assert result.next_deadline_ms is None
     assert result.outputs[GROUPS] == []
+
+
+# --- heartbeats on groups carried in the state (the fast path on their encoding, fields.py) ---
+
+
+def carried_stable_group() -> tuple[CoordinatorRunner, bytes, str]:
+    """A runner and the state of one Stable group ``g`` (generation 1) of one member, at 100."""
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 100)
+    state = shard.encode()
+    assert state is not None
+    return CoordinatorRunner(CONFIG), state, member
+
+
+def test_a_heartbeat_on_a_carried_group_moves_its_session_and_the_shards_deadline() -> None:
+    runner, state, member = carried_stable_group()
+    result = runner.run(state, [heartbeat("h1", "g", 4_000, member, 1)], tick_ms=None)
+    assert [r["error"] for r in result.outputs[DECISIONS]] == ["NONE"]
+    assert result.next_deadline_ms == 4_000 + SESSION_MS
+    carried = CoordinatorShard.decode(result.state, CONFIG)
+    assert carried.next_deadline_ms() == 4_000 + SESSION_MS
+    before = CoordinatorShard.decode(state, CONFIG).group("g")
+    assert before is not None
+    rescheduled = before.rescheduled(TimerKind.HEARTBEAT, member, 4_000 + SESSION_MS)
+    assert carried.group("g") == rescheduled
+    # the session runs from the heartbeat: nothing expires at the old deadline
+    quiet = runner.run(result.state, [], tick_ms=100 + SESSION_MS + 1)
+    assert quiet.outputs[GROUP_EVENTS] == []
+
+
+def test_a_heartbeat_on_a_carried_group_writes_its_row_at_the_groups_clock() -> None:
+    runner, state, member = carried_stable_group()
+    result = runner.run(state, [heartbeat("h1", "g", 4_000, member, 1)], tick_ms=None)
+    group = CoordinatorShard.decode(result.state, CONFIG).group("g")
+    assert group is not None
+    assert result.outputs[GROUPS] == [{**machine.group_row(group, 4_000), "deleted": False}]
+
+
+def test_a_heartbeat_repeated_in_a_later_batch_is_not_answered_again() -> None:
+    runner, state, member = carried_stable_group()
+    beat = heartbeat("h1", "g", 4_000, member, 1)
+    first = runner.run(state, [beat], tick_ms=None)
+    again = runner.run(first.state, [beat], tick_ms=None)
+    assert again.outputs[DECISIONS] == []
+    assert [r["kind"] for r in again.outputs[GROUP_EVENTS]] == ["duplicate_request"]
+
+
+def test_heartbeats_then_a_rejoin_in_one_batch_on_a_carried_group() -> None:
+    """Two heartbeats on the encoding, then a join that needs the group itself: the rows of the
+    same events fed to one shard that never encoded the group."""
+    runner, state, member = carried_stable_group()
+    batch = [
+        heartbeat("h1", "g", 4_000, member, 1),
+        heartbeat("h2", "g", 5_000, member, 1),
+        join("j2", "g", 6_000, member=member),
+        heartbeat("h3", "g", 7_000, member, 1),
+    ]
+    reference = CoordinatorShard(CONFIG)
+    stable_member(reference, "g", 100)
+    expected = feed_all(reference, batch)
+    result = runner.run(state, batch, tick_ms=None)
+    assert {t: result.outputs[t] for t in (DECISIONS, GROUP_EVENTS)} == expected
+    assert [r["error"] for r in expected[DECISIONS]][:2] == ["NONE", "NONE"]
+    assert CoordinatorShard.decode(result.state, CONFIG).group("g") == reference.group("g")
 
 
 # --- batch independence ------------------------------------------------------------------------

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from controlplane.core.config import CoordinatorConfig
-from controlplane.core.coordinator import admin, machine
+from controlplane.core.coordinator import admin, codec, fields, machine
+from controlplane.core.coordinator.heartbeat import fast_heartbeat
 from controlplane.core.coordinator.records import EventKind
+from controlplane.core.coordinator.requests import Heartbeat
 from controlplane.core.coordinator.state import GroupPhase, Member, TimerKind
 from controlplane.core.errors import Errors
 from support.harness import ENV, RB, RR, CoordinatorHarness, R
@@ -98,7 +100,27 @@ class CoordinatorMachine(RuleBasedStateMachine):
             fast = machine.handle(self.h.group, request, self.h.now_ms, self.config)
             general = machine.handle_general(self.h.group, request, self.h.now_ms, self.config)
             assert fast == general, "the heartbeat fast path must decide as the general path"
+            self._check_fields_path(request)
         self.h.send(request)
+
+    def _check_fields_path(self, request: Heartbeat) -> None:
+        """The runner's path on the group's encoding (fields.py) answers exactly when the fast
+        path does, with its answer, its group and its row, and leaves the lists alone when not."""
+        group, now_ms = self.h.group, self.h.now_ms
+        assert group is not None
+        lists = codec.read_fields(codec.encode_group(group))
+        decision = fields.heartbeat(lists, request, now_ms)
+        fast = fast_heartbeat(group, request, now_ms)
+        if fast is None:
+            assert decision is None, "the fields path answered what the fast path leaves"
+            assert codec.group_of_fields(lists) == group, "refused, yet the lists changed"
+            return
+        assert fast.group is not None
+        assert decision is not None
+        assert (decision,) == fast.decisions
+        assert codec.group_of_fields(lists) == fast.group
+        assert fields.next_deadline_ms(lists) == fast.group.next_deadline_ms
+        assert fields.group_row(lists, now_ms) == admin.group_row(fast.group, now_ms)
 
     @rule(data=st.data(), by_instance=st.booleans())
     def leave(self, data: st.DataObject, by_instance: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final
 
 from controlplane.core.coordinator import answers
@@ -80,16 +81,39 @@ def group_row(group: Group, now_ms: int) -> dict[str, Any]:
     """The ``groups`` table row of docs/reference/events.md §2: the describe fields (``summary``)
     and the described members, one dict each. Built directly, as it is built per group a batch
     touches (tests/coordinator: it equals the row made from ``summary``)."""
-    phase = group.phase
+    return table_row(
+        group.group_id,
+        group.phase,
+        group.generation_id,
+        group.protocol_type,
+        group.protocol_name,
+        group.leader_id,
+        map(_described, group.members),
+        now_ms,
+    )
+
+
+def table_row(
+    group_id: str,
+    phase: GroupPhase,
+    generation_id: int,
+    protocol_type: str | None,
+    protocol_name: str | None,
+    leader_id: str | None,
+    described: Iterable[tuple[str, str | None, str, str, str, bool]],
+    now_ms: int,
+) -> dict[str, Any]:
+    """``group_row`` from a group's fields and its members as described (``_described``), for
+    a group held as its encoding's lists too (fields.py)."""
     names = _DESCRIBED_FIELDS
     return {
-        "group_id": group.group_id,
+        "group_id": group_id,
         "group_state": phase.value,
-        "generation_id": group.generation_id,
-        "protocol_type": group.protocol_type or "",
-        "protocol_name": (group.protocol_name or "") if phase in _PROTOCOL_SHOWN else "",
-        "leader_id": group.leader_id or "",
-        "members": [dict(zip(names, _described(m), strict=True)) for m in group.members],
+        "generation_id": generation_id,
+        "protocol_type": protocol_type or "",
+        "protocol_name": (protocol_name or "") if phase in _PROTOCOL_SHOWN else "",
+        "leader_id": leader_id or "",
+        "members": [dict(zip(names, member, strict=True)) for member in described],
         "updated_at_ms": now_ms,
     }
 

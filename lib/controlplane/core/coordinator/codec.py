@@ -5,6 +5,11 @@ str, int, bool and None, serialised by ``marshal`` format 4 (stdlib, stable sinc
 these types, and about three times faster than JSON here). ``decode_group(encode_group(g)) == g``
 for every group. An unknown version or a malformed body is refused with a ValueError that says
 so.
+
+The positions of the fields in those lists are named below (``G_*`` for a group, ``M_*`` for a
+member, ``T_*`` for a timer), for code that reads or updates an encoding as its lists
+(``read_fields``, ``encode_fields``) without building the group: the heartbeat fast path of
+``fields.py``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,40 @@ _PHASES: Final = tuple(GroupPhase)
 _PHASE_CODE: Final = {phase: i for i, phase in enumerate(_PHASES)}
 _KINDS: Final = {kind.value: kind for kind in TimerKind}
 _MARSHAL_VERSION: Final = 4
+
+# A group's lists, by position (encode_group's order).
+(
+    G_GROUP_ID,
+    G_PHASE,
+    G_PREVIOUS_PHASE,
+    G_GENERATION_ID,
+    G_PROTOCOL_TYPE,
+    G_PROTOCOL_NAME,
+    G_LEADER_ID,
+    G_MEMBERS,
+    G_PENDING_JOIN,
+    G_PENDING_SYNC,
+    G_NEW_MEMBER_ADDED,
+    G_TIMERS,
+    G_TIMER_SEQ,
+    G_OFFSETS,
+    G_EMPTY_SINCE_MS,
+    G_LAST_COMMIT_MS,
+    G_EXPANSION_QUEUE,
+) = range(17)
+GROUP_FIELDS: Final = 17
+# A member's (_member's order) and a timer's.
+M_MEMBER_ID, M_GROUP_INSTANCE_ID, M_CLIENT_ID, M_CLIENT_HOST = range(4)
+M_SESSION_TIMEOUT_MS, M_ASSIGNMENT, M_OFFLINE_SINCE_MS = 5, 8, 12
+T_KIND, T_MEMBER_ID, T_DEADLINE_MS, T_SEQ = range(4)
+
+
+def phase_code(phase: GroupPhase) -> int:
+    return _PHASE_CODE[phase]
+
+
+def phase_of(code: int) -> GroupPhase:
+    return _PHASES[code]
 
 
 def _parked(p: ParkedRequest | None) -> list[Any] | None:
@@ -112,6 +151,12 @@ def _unmember(raw: list[Any]) -> Member:
 
 
 def decode_group(data: bytes) -> Group:
+    return group_of_fields(read_fields(data))
+
+
+def read_fields(data: bytes) -> list[Any]:
+    """An encoding's lists (``G_*`` positions), without building the group; ValueError for an
+    unknown version or a body that is not a group's list."""
     if not data:
         raise ValueError("coordinator state: empty encoding")
     if data[0] != VERSION:
@@ -120,9 +165,28 @@ def decode_group(data: bytes) -> Group:
         )
     try:
         raw = marshal.loads(data[1:])
+    except (ValueError, TypeError, EOFError) as error:
+        raise _malformed(error) from None
+    if type(raw) is not list or len(raw) != GROUP_FIELDS:
+        raise _malformed(f"not a list of {GROUP_FIELDS} fields")
+    return raw
+
+
+def group_of_fields(raw: list[Any]) -> Group:
+    """The group of an encoding's lists (``read_fields``); ValueError if they are malformed."""
+    try:
         return _ungroup(raw)
-    except (ValueError, TypeError, IndexError, KeyError, EOFError) as error:
-        raise ValueError(f"coordinator state: malformed version {VERSION} body: {error}") from None
+    except (ValueError, TypeError, IndexError, KeyError) as error:
+        raise _malformed(error) from None
+
+
+def encode_fields(raw: list[Any]) -> bytes:
+    """An encoding from its lists: ``encode_group`` of the group they hold."""
+    return bytes((VERSION,)) + marshal.dumps(raw, _MARSHAL_VERSION)
+
+
+def _malformed(error: object) -> ValueError:
+    return ValueError(f"coordinator state: malformed version {VERSION} body: {error}")
 
 
 def _ungroup(raw: list[Any]) -> Group:

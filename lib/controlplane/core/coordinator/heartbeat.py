@@ -37,7 +37,7 @@ def _heartbeat_error(d: Draft, request: Heartbeat) -> Errors | None:
     return None
 
 
-_LIVE = (GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE, GroupPhase.PREPARING_REBALANCE)
+LIVE_PHASES = (GroupPhase.STABLE, GroupPhase.COMPLETING_REBALANCE, GroupPhase.PREPARING_REBALANCE)
 
 
 def fast_heartbeat(group: Group, request: Heartbeat, now_ms: int) -> Step | None:
@@ -45,7 +45,7 @@ def fast_heartbeat(group: Group, request: Heartbeat, now_ms: int) -> Step | None
     not offline. Returns None for anything else (the general path decides). The result equals
     the general path's (the stateful test compares both)."""
     header = request.header
-    if group.phase not in _LIVE or request.generation_id != group.generation_id:
+    if group.phase not in LIVE_PHASES or request.generation_id != group.generation_id:
         return None
     member = group.member(header.member_id)
     if member is None or member.offline_since_ms is not None:

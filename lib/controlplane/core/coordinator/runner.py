@@ -31,8 +31,10 @@ four parallel lists: the group ids, their clocks, their next deadlines and the s
 bodies; then the bodies (the idempotence window, an 8-byte digest per event id, then the
 machine's encoding of the group). A call decodes and re-encodes a shard with a
 few C-level passes over these lists; only the groups its events and due timers reach are
-decoded as groups, and only those that changed are encoded again, so the Python work of a call
-follows the groups it touches, not the shard's size. A version 1 state (one struct header per
+read, and only those that changed are encoded again, so the Python work of a call follows the
+groups it touches, not the shard's size. A group is read as its encoding's lists and built as a
+``Group`` only when something needs one: a heartbeat from a member in good standing, the most
+common request, is answered on the lists (``fields.py``, the fast path of ``machine.handle``). A version 1 state (one struct header per
 group) is still read, and written back as version 2.
 """
 
@@ -41,14 +43,13 @@ from __future__ import annotations
 import marshal
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Final
 
 from controlplane.core.config import CoordinatorConfig
-from controlplane.core.coordinator import codec, machine
-from controlplane.core.coordinator.records import EventKind, GroupEvent
-from controlplane.core.coordinator.requests import Request, Tick
+from controlplane.core.coordinator import codec, fields, machine
+from controlplane.core.coordinator.records import Decision, EventKind, GroupEvent
+from controlplane.core.coordinator.requests import Heartbeat, Request, Tick
 from controlplane.core.coordinator.state import Group
 from controlplane.core.coordinator.wire import InvalidEvent, parse_event
 from controlplane.core.idempotence import DIGEST_BYTES, WINDOW, digest, remembered, seen
@@ -74,15 +75,57 @@ _V1_GROUP_HEADER: Final = struct.Struct("<IqqI")
 _NONE: Final = -(2**63)
 
 
-@dataclass(slots=True)
 class _Loaded:
-    """A group a batch reached, decoded from its body: the idempotence window (the digests
-    of its last 64 handled requests, oldest first, as one bytes) and the group."""
+    """A group a batch reached: the idempotence window (the digests of its last 64 handled
+    requests, oldest first, as one bytes) and the group, held as its encoding's lists
+    (``codec.read_fields``) until something needs it as a ``Group``: a heartbeat of the fast
+    path (``fields.heartbeat``) and the group's row need only the lists."""
 
-    window: bytes
-    group: Group
-    span: tuple[int, int] | None = None  # where its body was in the decoded state's bodies
-    changed: bool = False  # the body must be encoded again
+    __slots__ = ("_fields", "_group", "changed", "span", "window")
+
+    def __init__(
+        self,
+        window: bytes,
+        group: Group | None = None,
+        span: tuple[int, int] | None = None,  # where its body was in the decoded state's bodies
+        fields: list[Any] | None = None,
+    ) -> None:
+        self.window = window
+        self._group = group
+        self._fields = fields  # set when ``_group`` is None
+        self.span = span
+        self.changed = False  # the body must be encoded again
+
+    @property
+    def group(self) -> Group:
+        group = self._group
+        if group is None:
+            assert self._fields is not None
+            group = self._group = codec.group_of_fields(self._fields)
+            self._fields = None
+        return group
+
+    @group.setter
+    def group(self, group: Group) -> None:
+        self._group, self._fields = group, None
+
+    def fast_heartbeat(self, request: Heartbeat, now_ms: int) -> Decision | None:
+        """``fields.heartbeat`` on a group not yet decoded; None when the group is decoded, or
+        when the heartbeat needs the general path. The caller remembers the request (which
+        marks the body changed)."""
+        if self._fields is None:
+            return None
+        return fields.heartbeat(self._fields, request, now_ms)
+
+    def next_deadline_ms(self) -> int | None:
+        if self._fields is not None:
+            return fields.next_deadline_ms(self._fields)
+        return self.group.next_deadline_ms
+
+    def row(self, now_ms: int) -> Row:
+        if self._fields is not None:
+            return fields.group_row(self._fields, now_ms)
+        return machine.group_row(self.group, now_ms)
 
     def remember(self, event_digest: bytes) -> None:
         self.window = remembered(self.window, event_digest)
@@ -91,7 +134,11 @@ class _Loaded:
     def body(self) -> bytes:
         window = self.window
         count = _WINDOW_SIZE.pack(len(window) // DIGEST_BYTES)
-        return b"".join((count, window, codec.encode_group(self.group)))
+        if self._fields is not None:
+            encoding = codec.encode_fields(self._fields)
+        else:
+            encoding = codec.encode_group(self.group)
+        return b"".join((count, window, encoding))
 
 
 def _load(body: bytes, span: tuple[int, int]) -> _Loaded:
@@ -100,7 +147,7 @@ def _load(body: bytes, span: tuple[int, int]) -> _Loaded:
     end = start + count * DIGEST_BYTES
     if count < 0 or count > WINDOW or len(body) < end:
         raise ValueError("coordinator state: a group's idempotence window is unreadable")
-    return _Loaded(body[start:end], codec.decode_group(body[end:]), span)
+    return _Loaded(body[start:end], span=span, fields=codec.read_fields(body[end:]))
 
 
 class CoordinatorShard:
@@ -145,7 +192,7 @@ class CoordinatorShard:
         for group_id, existed in self._touched.items():
             slot = self._slot(group_id)
             if slot is not None:
-                row = machine.group_row(self._entry(slot).group, self._clocks[slot])
+                row = self._entry(slot).row(self._clocks[slot])
                 row["deleted"] = False
                 rows.append(row)
             elif existed:
@@ -311,6 +358,13 @@ class CoordinatorShard:
                 rows[GROUP_EVENTS].append(_duplicate(request, self._clocks[slot]))
                 return
             self._touched.setdefault(group_id, False)
+            if isinstance(request, Heartbeat) and group_id:  # machine.handle's condition
+                decision = loaded.fast_heartbeat(request, self._clocks[slot])
+                if decision is not None:
+                    loaded.remember(event_digest)
+                    rows[DECISIONS].append(decision.to_row())
+                    self._deadlines[slot] = loaded.next_deadline_ms()
+                    return
             step = machine.handle(loaded.group, request, self._clocks[slot], self.config)
         loaded.remember(event_digest)
         self._apply(slot, step, rows)
