@@ -34,8 +34,8 @@ few C-level passes over these lists; only the groups its events and due timers r
 read, and only those that changed are encoded again, so the Python work of a call follows the
 groups it touches, not the shard's size. A group is read as its encoding's lists and built
 as a ``Group`` only when something needs one: a heartbeat from a member in good standing, the
-most common request, is answered on the lists (``fields.py``: ``machine.handle``'s fast path). A version 1 state (one struct header per
-group) is still read, and written back as version 2.
+most common request, is answered on the lists (``fields.py``: ``machine.handle``'s fast path).
+A version 1 state (one struct header per group) is still read, and written back as version 2.
 """
 
 from __future__ import annotations
