@@ -74,7 +74,8 @@ def test_only_the_members_session_timer_is_replaced() -> None:
     h, leader, _follower = stable_pair()
     group = h.state
     extra = make_timer(kind=TimerKind.JOIN, member_id=leader, deadline_ms=NOW_MS + 1, seq=99)
-    group = dataclasses.replace(group, timers=(*group.timers, extra))
+    timers = sorted((*group.timers, extra), key=lambda t: (t.deadline_ms, t.seq))
+    group = dataclasses.replace(group, timers=tuple(timers), timer_seq=100)
     step, (decision, lists) = both_paths(group, h.heartbeat_request(leader, 1))
     assert step is not None
     assert decision is not None
@@ -101,3 +102,11 @@ def test_lists_that_are_not_a_groups_are_left_to_the_general_path(
     before = repr(lists)
     assert fields.heartbeat(lists, h.heartbeat_request(leader, 1), NOW_MS) is None
     assert repr(lists) == before
+
+
+def test_a_row_of_lists_that_are_not_a_groups_is_refused_with_the_codecs_error() -> None:
+    h, _, _ = stable_pair()
+    lists = codec.read_fields(codec.encode_group(h.state))
+    lists[codec.G_MEMBERS][1] = ["zz", None]
+    with pytest.raises(ValueError, match="malformed"):
+        fields.group_row(lists, NOW_MS)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.core.config import CoordinatorConfig
-from controlplane.core.coordinator import machine
+from controlplane.core.coordinator import codec, machine
 from controlplane.core.coordinator.runner import (
     DECISIONS,
     GROUP_EVENTS,
@@ -22,7 +22,7 @@ from controlplane.core.coordinator.runner import (
     CoordinatorShard,
 )
 from controlplane.core.coordinator.state import TimerKind
-from controlplane.core.idempotence import WINDOW
+from controlplane.core.idempotence import DIGEST_BYTES, WINDOW
 from controlplane.core.runtime import TimedEvent
 
 # No initial delay: a first join completes at the first tick at or after it.
@@ -607,6 +607,38 @@ def test_heartbeats_then_a_rejoin_in_one_batch_on_a_carried_group() -> None:
     assert {t: result.outputs[t] for t in (DECISIONS, GROUP_EVENTS)} == expected
     assert [r["error"] for r in expected[DECISIONS]][:2] == ["NONE", "NONE"]
     assert CoordinatorShard.decode(result.state, CONFIG).group("g") == reference.group("g")
+
+
+def damaged(state: bytes, position: int, value: Any) -> bytes:
+    """``state`` with one field of its one group's encoding replaced."""
+    shard = CoordinatorShard.decode(state, CONFIG)
+    group = shard.group("g")
+    assert group is not None
+    lists = codec.read_fields(codec.encode_group(group))
+    lists[position] = value
+    window = shard._entry(0).window
+    count = (len(window) // DIGEST_BYTES).to_bytes(2, "little")
+    body = count + window + codec.encode_fields(lists)
+    record = marshal.dumps((shard.clock_ms, ["g"], shard._clocks, shard._deadlines, [len(body)]))
+    return bytes((STATE_VERSION,)) + len(record).to_bytes(4, "little") + record + body
+
+
+def test_a_damaged_group_is_refused_when_it_is_next_built() -> None:
+    """What fields.py chose: a heartbeat reads only its fields, and carries a body damaged
+    elsewhere over as it found it; the group is refused the next time it is built."""
+    runner, state, member = carried_stable_group()
+    bad = damaged(state, codec.G_OFFSETS, 5)
+    beat = runner.run(bad, [heartbeat("h1", "g", 4_000, member, 1)], tick_ms=None)
+    assert [r["error"] for r in beat.outputs[DECISIONS]] == ["NONE"]
+    with pytest.raises(ValueError, match="malformed"):
+        runner.run(beat.state, [join("j2", "g", 5_000, member=member)], tick_ms=None)
+
+
+def test_a_damaged_field_that_the_heartbeat_reads_is_refused_at_once() -> None:
+    runner, state, member = carried_stable_group()
+    bad = damaged(state, codec.G_TIMERS, [["not", "a", "timer"]])
+    with pytest.raises(ValueError, match="malformed"):
+        runner.run(bad, [heartbeat("h1", "g", 4_000, member, 1)], tick_ms=None)
 
 
 # --- batch independence ------------------------------------------------------------------------

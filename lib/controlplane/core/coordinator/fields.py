@@ -10,8 +10,17 @@ timer needs more than this module does.
 exactly when ``fast_heartbeat`` would, and returns None otherwise, leaving the lists as they
 were), the same answer, and the lists updated so that ``codec.group_of_fields`` gives the group
 ``fast_heartbeat`` would have returned (the stateful test checks all three at every heartbeat).
-Lists that are not a group's make it return None, so the general path decodes them and refuses
-them with its error.
+
+What is checked, and when: ``codec.read_fields`` checks an encoding's version and that it is a
+record of the group's 17 fields; ``heartbeat`` reads only the fields it needs (the phase, the
+generation, the members up to the one it answers, the timers and their sequence) and returns
+None when one of them is not what a group holds, so the general path builds the group and
+refuses it with codec's error. A body damaged in a field the heartbeat does not read (an
+offset, another member's protocols) is refused when the group is next built (any other request,
+a due timer), not by the heartbeat, which carries it over as it found it. The state is only
+ever written by this codec, inside Spark's checksummed state store, so the fast path does not
+pay for a full check on every heartbeat. ``group_row`` reads every member: a damaged one is
+refused there with codec's ValueError.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import bisect
 from operator import itemgetter
 from typing import Any, Final
 
-from controlplane.core.coordinator import admin, answers
+from controlplane.core.coordinator import admin, answers, codec
 from controlplane.core.coordinator.codec import (
     G_GENERATION_ID,
     G_GROUP_ID,
@@ -108,7 +117,15 @@ def next_deadline_ms(fields: Fields) -> int | None:
 
 
 def group_row(fields: Fields, now_ms: int) -> dict[str, Any]:
-    """``admin.group_row`` of the group the lists hold."""
+    """``admin.group_row`` of the group the lists hold; ValueError (codec's) if they are not a
+    group's."""
+    try:
+        return _group_row(fields, now_ms)
+    except _MALFORMED:
+        return admin.group_row(codec.group_of_fields(fields), now_ms)  # raises codec's error
+
+
+def _group_row(fields: Fields, now_ms: int) -> dict[str, Any]:
     return admin.table_row(
         fields[G_GROUP_ID],
         phase_of(fields[G_PHASE]),

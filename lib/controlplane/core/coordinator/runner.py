@@ -88,11 +88,11 @@ class _Loaded:
         window: bytes,
         group: Group | None = None,
         span: tuple[int, int] | None = None,  # where its body was in the decoded state's bodies
-        fields: list[Any] | None = None,
+        lists: list[Any] | None = None,
     ) -> None:
         self.window = window
         self._group = group
-        self._fields = fields  # set when ``_group`` is None
+        self._fields = lists  # the encoding's lists (fields.py), when ``_group`` is None
         self.span = span
         self.changed = False  # the body must be encoded again
 
@@ -147,7 +147,7 @@ def _load(body: bytes, span: tuple[int, int]) -> _Loaded:
     end = start + count * DIGEST_BYTES
     if count < 0 or count > WINDOW or len(body) < end:
         raise ValueError("coordinator state: a group's idempotence window is unreadable")
-    return _Loaded(body[start:end], span=span, fields=codec.read_fields(body[end:]))
+    return _Loaded(body[start:end], span=span, lists=codec.read_fields(body[end:]))
 
 
 class CoordinatorShard:
