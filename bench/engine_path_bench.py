@@ -19,7 +19,8 @@ both in process CPU time (the machine is shared: see docs/benchmarks.md):
   ``groups`` rows reduced to the latest per group with their ``deleted`` flag), without
   writing them. Printed per part, in µs per event.
 
-Then the state: bytes per group in the shard blobs at the end, and the cost of one call with
+Then the steady heartbeats of one shard (470 groups, the batches after the joins, best of 20:
+the core's cost of the bulk of a running job's input), the state: bytes per group in the shard blobs at the end, and the cost of one call with
 one heartbeat on a shard of N groups (``--scaling``), which should not grow with N.
 """
 
@@ -29,6 +30,7 @@ import argparse
 import cProfile
 import gc
 import json
+import os
 import pstats
 import sys
 import time
@@ -282,6 +284,33 @@ def call_scaling(sizes: list[int], repeat: int = 200) -> list[tuple[int, float, 
     return figures
 
 
+def steady_heartbeats(groups: int, seconds: int = 30, warm: int = 6, repeat: int = 20) -> float:
+    """µs of CPU per event, best of ``repeat``, for one shard of ``groups`` groups (470: the
+    30,000 groups over 64 shards) fed the workload's batches after the first ``warm`` seconds:
+    heartbeats on groups carried in the state, a session expiry in ten groups, one call a
+    second (the steady part of bench/engine_bench.py's load, without its joins)."""
+    from controlplane.core.config import CoordinatorConfig
+    from controlplane.core.coordinator.runner import CoordinatorRunner
+    from controlplane.core.runtime import TimedEvent
+
+    runner = CoordinatorRunner(CoordinatorConfig(group_initial_rebalance_delay_ms=0))
+    batches = [
+        ([TimedEvent({**e, "event_time_ms": T0 + s * 1000}, T0 + s * 1000) for e in events], s)
+        for s, events in enumerate(workload(groups, seconds))
+    ]
+    state: bytes | None = None
+    for timed, second in batches[:warm]:
+        state = runner.run(state, timed, T0 + second * 1000).state
+    steady = batches[warm:]
+    best = float("inf")
+    for _ in range(repeat):
+        carried, started = state, time.process_time()
+        for timed, second in steady:
+            carried = runner.run(carried, timed, T0 + second * 1000).state
+        best = min(best, time.process_time() - started)
+    return best / sum(len(timed) for timed, _ in steady) * 1e6
+
+
 def state_bytes(states: dict[str, Any], groups: int) -> tuple[int, float]:
     blobs = [s[2] if isinstance(s, tuple) else s for s in states.values()]
     size = sum(len(b) for b in blobs if b)
@@ -315,12 +344,15 @@ def main() -> int:
     events, _ = engine_path(batches, clock)
     if args.profile:
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(35)
+        pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime")).print_stats(
+            int(os.environ.get("TOP", "35"))
+        )
     spent = sum(clock.parts.values())
     print(f"engine path (worker + driver, Python): {events / spent:,.0f} events/s CPU")
     for part, cpu in clock.parts.items():
         print(f"  {part:34s} {cpu:7.2f} s  {cpu / events * 1e6:7.1f} µs/event")
 
+    print(f"steady heartbeats, one shard of 470 groups: {steady_heartbeats(470):.1f} µs/event CPU")
     print("one call on a shard of N groups (µs CPU): N, one heartbeat, idle tick")
     for size, one, idle in call_scaling([int(s) for s in args.scaling.split(",")]):
         print(f"  {size:6d} {one:10.0f} {idle:10.0f}")
