@@ -20,8 +20,9 @@ both in process CPU time (the machine is shared: see docs/benchmarks.md):
   writing them. Printed per part, in µs per event.
 
 Then the steady heartbeats of one shard (470 groups, the batches after the joins, best of 20:
-the core's cost of the bulk of a running job's input), the state: bytes per group in the shard blobs at the end, and the cost of one call with
-one heartbeat on a shard of N groups (``--scaling``), which should not grow with N.
+the core's cost of the bulk of a running job's input), the state: bytes per group in the shard
+blobs at the end, and the cost of one call with one heartbeat on a shard of N groups
+(``--scaling``), which should not grow with N.
 """
 
 from __future__ import annotations
