@@ -353,7 +353,10 @@ def main() -> int:
     for part, cpu in clock.parts.items():
         print(f"  {part:34s} {cpu:7.2f} s  {cpu / events * 1e6:7.1f} µs/event")
 
-    print(f"steady heartbeats, one shard of 470 groups: {steady_heartbeats(470):.1f} µs/event CPU")
+    size = min(470, args.groups)
+    print(
+        f"steady heartbeats, one shard of {size} groups: {steady_heartbeats(size):.1f} µs/event CPU"
+    )
     print("one call on a shard of N groups (µs CPU): N, one heartbeat, idle tick")
     for size, one, idle in call_scaling([int(s) for s in args.scaling.split(",")]):
         print(f"  {size:6d} {one:10.0f} {idle:10.0f}")
