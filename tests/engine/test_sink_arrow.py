@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -189,3 +190,44 @@ def test_an_idle_batch_opens_no_writer_and_leaves_its_figures() -> None:
         "max_timer_lateness_ms": 0,
         "keys_called": 0,
     }
+
+
+def _values(field: pa.Field) -> st.SearchStrategy[Any]:
+    """Values of the field's type, and of others: what a row may carry, right or wrong."""
+    wrong = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False),
+        st.text(max_size=3),
+        st.lists(st.integers(), max_size=2),
+    )
+    kind = field.type
+    if pa.types.is_list(kind) and pa.types.is_struct(kind.value_type):
+        member = st.dictionaries(
+            st.sampled_from([f.name for f in kind.value_type] + ["extra"]), wrong, max_size=4
+        )
+        return st.one_of(wrong, st.lists(member, max_size=2))
+    return wrong
+
+
+@settings(max_examples=300)
+@given(data=st.data(), table=st.sampled_from(["decisions", "groups", "group_events"]))
+def test_dict_rows_convert_as_from_pylist_converts_them(data: st.DataObject, table: str) -> None:
+    """The struct-array conversion of dict rows gives from_pylist's table, or fails when it
+    fails, with an error the JSON fallback catches."""
+    schema = envelope.row_schema(table)
+    assert schema is not None
+    fields = {field.name: _values(field) for field in schema}
+    row = st.fixed_dictionaries({}, optional={**fields, "extra": st.integers()})
+    rows = data.draw(st.lists(row, max_size=4))
+    caught = (pa.ArrowException, TypeError, ValueError, OverflowError)
+    try:
+        expected = pa.Table.from_pylist(rows, schema=schema)
+    except caught:
+        with pytest.raises(caught):
+            envelope.direct_table(table, schema, rows)
+        return
+    got = envelope.direct_table(table, schema, rows)
+    assert got.schema == expected.schema
+    assert got.to_pylist() == expected.to_pylist()
