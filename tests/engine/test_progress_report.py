@@ -236,3 +236,90 @@ def test_the_listener_commits_through_the_recorder_and_flushes() -> None:
     listener.onQueryProgress(SimpleNamespace(progress=spark_progress("q2", 1)))
     listener.flush()
     assert commits[-1] == ("q2", [1], 1)
+
+
+# A progress as Spark 4.2's JVM writes it (``StreamingQueryProgress.json()``), from a file-source
+# query with state; customMetrics shortened.
+JVM_PROGRESS = (
+    '{"id":"8fd96d56-f082-42f1-b963-83eeb85dbd0b","runId":"ff11f8c7-a110-457e-9e99-1eda9c23897f'
+    '","name":"coordinator","timestamp":"2026-11-27T11:54:47.000Z","batchId":1,"batchDuration":'
+    '751,"numInputRows":1,"inputRowsPerSecond":1.0,"processedRowsPerSecond":1.3,"durationMs":{"'
+    'addBatch":576,"commitOffsets":26,"getBatch":27,"latestOffset":29,"queryPlanning":61,"trigg'
+    'erExecution":751,"walCommit":27},"stateOperators":[{"operatorName":"stateStoreSave","numRo'
+    'wsTotal":3,"numRowsUpdated":1,"allUpdatesTimeMs":134,"numRowsRemoved":0,"allRemovalsTimeMs'
+    '":0,"commitTimeMs":38,"memoryUsedBytes":8544,"numRowsDroppedByWatermark":0,"numShufflePart'
+    'itions":4,"numStateStoreInstances":4,"customMetrics":{"SnapshotLastUploaded.partition_0_de'
+    'fault":-1,"SnapshotLastUploaded.partition_1_default":-1,"SnapshotLastUploaded.partition_2_'
+    'default":-1}}],"sources":[{"description":"FileStreamSource[file:/tmp/landing]","startOffse'
+    't":{"logOffset":0},"endOffset":{"logOffset":1},"latestOffset":null,"numInputRows":1,"input'
+    'RowsPerSecond":1.0,"processedRowsPerSecond":1.3}],"sink":{"description":"NoopTable","numOu'
+    'tputRows":1}}'
+)
+
+
+class JvmProgress:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def json(self) -> str:
+        return self.text
+
+
+class JvmEvent:
+    def __init__(self, text: str) -> None:
+        self.jprogress = JvmProgress(text)
+
+    def progress(self) -> JvmProgress:
+        return self.jprogress
+
+
+def test_a_progress_read_from_its_json_gives_the_row_and_the_archivers_offset() -> None:
+    """The listener reads Spark's progress as its JSON (two JVM calls, not PySpark's ~630):
+    the fields the row and the landing archiver read, with the source offsets as JSON texts."""
+    from types import SimpleNamespace
+
+    from controlplane.engine.progress import json_progress_events, progress_row
+    from controlplane.io.archive import _log_offset
+
+    seen: list[Any] = []
+    events = json_progress_events(SimpleNamespace(onQueryProgress=seen.append))
+    events.onQueryProgress(JvmEvent(JVM_PROGRESS))
+    progress = seen[0].progress
+    assert progress.sources[0].endOffset == '{"logOffset":1}'
+    assert _log_offset(progress.sources[0].endOffset) == 1
+    row = progress_row(progress, {"events": 4})
+    assert {k: v for k, v in row.items() if k != "processed_at_ms"} == {
+        "query": "coordinator",
+        "batch_id": 1,
+        "batch_time_ms": 1795780487000,  # 2026-11-27T11:54:47.000Z
+        "input_rows": 1,
+        "events": 4,
+        "rejected": 0,
+        "keys_called": 0,
+        "timers_fired": 0,
+        "max_timer_lateness_ms": 0,
+        "state_rows": 3,
+        "late_rows_dropped": 0,
+        "duration_ms": 751,
+    }
+
+
+def test_a_progress_whose_json_cannot_be_read_goes_through_pysparks_conversion(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from pyspark.sql.streaming.listener import JStreamingQueryListener
+
+    from controlplane.engine.progress import json_progress_events
+
+    converted: list[Any] = []
+    monkeypatch.setattr(
+        JStreamingQueryListener, "onQueryProgress", lambda self, jevent: converted.append(jevent)
+    )
+    seen: list[Any] = []
+    events = json_progress_events(SimpleNamespace(onQueryProgress=seen.append))
+    broken = JvmEvent("{not json")
+    events.onQueryProgress(broken)
+    assert converted == [broken]
+    assert seen == []

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from controlplane.engine import progress as progress_module
 from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_query, register_progress_listener
 from controlplane.io.options import SourceOptions
@@ -31,7 +32,17 @@ def options_for(tmp_path: Path, keying: Keying = Keying.GROUP) -> EngineOptions:
     )
 
 
-def test_timers_fire_without_input_and_bad_lines_are_rejected(spark: Any, tmp_path: Path) -> None:
+def test_timers_fire_without_input_and_bad_lines_are_rejected(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read_as_json: list[int] = []
+    as_json = progress_module.progress_json
+
+    def counted(jprogress: Any) -> dict[str, Any]:
+        read_as_json.append(1)
+        return as_json(jprogress)
+
+    monkeypatch.setattr(progress_module, "progress_json", counted)
     options = options_for(tmp_path)
     landing = tmp_path / "landing"
     source = SourceOptions(format="jsonl", path=str(landing), archive_dir=str(tmp_path / "archive"))
@@ -85,6 +96,7 @@ def test_timers_fire_without_input_and_bad_lines_are_rejected(spark: Any, tmp_pa
         query_id = json.loads((tmp_path / "checkpoints" / "wiring" / "metadata").read_text())["id"]
         app_id = f"controlplane-wiring-{query_id}"  # the checkpoint's own id, read from Spark
         assert DeltaTable(str(tables / "decisions")).transaction_version(app_id) is not None
+        assert read_as_json, "the listener read Spark's progress through PySpark's conversion"
     finally:
         query.stop()
         spark.streams.removeListener(listener)

@@ -13,6 +13,7 @@ batch's progress, the batch is committed.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -349,4 +350,64 @@ def make_listener(
             else:  # the job says why it stopped, in one line
                 log.debug("query %s stopped", event.id)
 
+        @property
+        def _jlistener(self) -> Any:  # what spark.streams.addListener registers
+            made = getattr(self, "_jlistenerobj", None)
+            if made is None:
+                try:
+                    made = self._jlistenerobj = json_progress_listener(self)
+                except (ImportError, AttributeError):  # a PySpark without these: its own
+                    log.debug("progress listener: PySpark's conversion", exc_info=True)
+                    made = super()._jlistener
+            return made
+
     return ProgressListener()
+
+
+_OFFSETS = ("startOffset", "endOffset", "latestOffset")
+
+
+def progress_json(jprogress: Any) -> dict[str, Any]:
+    """A StreamingQueryProgress's JSON, with each source's offsets as the JSON texts the JVM
+    object gives (``SourceProgress.endOffset()``): the JSON nests them as objects, which some
+    PySpark versions' ``fromJson`` turn into Python reprs."""
+    progress: dict[str, Any] = json.loads(jprogress.json())
+    for source in progress.get("sources") or ():
+        for name in _OFFSETS:
+            value = source.get(name)
+            if value is not None and not isinstance(value, str):
+                source[name] = json.dumps(value, separators=(",", ":"))
+    return progress
+
+
+def json_progress_listener(pylistener: Any) -> Any:
+    """The JVM side of a Python StreamingQueryListener, as PySpark builds it, around
+    ``json_progress_events``."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    assert jvm is not None, "a listener is registered with a running SparkContext"
+    wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
+    return wrapper(json_progress_events(pylistener))
+
+
+def json_progress_events(pylistener: Any) -> Any:
+    """PySpark's Py4J callback for a Python listener (``JStreamingQueryListener``), except that a
+    progress event is read as its JSON text (``progress().json()``, as PySpark's
+    ``StreamingQuery.lastProgress`` and Spark Connect read one): two calls to the JVM. PySpark's
+    own conversion (``QueryProgressEvent.fromJObject``) makes about 630 calls to the JVM per
+    event, which took the driver 140-830 ms each (docs/benchmarks/engine.md). An event whose
+    JSON cannot be read goes through PySpark's conversion."""
+    from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
+
+    class JsonProgressEvents(JStreamingQueryListener):
+        def onQueryProgress(self, jevent: Any) -> None:
+            try:
+                event = QueryProgressEvent.fromJson({"progress": progress_json(jevent.progress())})
+            except Exception:
+                log.debug("progress read through PySpark's conversion", exc_info=True)
+                super().onQueryProgress(jevent)
+                return
+            self.pylistener.onQueryProgress(event)
+
+    return JsonProgressEvents(pylistener)
