@@ -305,7 +305,7 @@ def test_a_progress_read_from_its_json_gives_the_row_and_the_archivers_offset() 
 
 
 def test_a_progress_whose_json_cannot_be_read_goes_through_pysparks_conversion(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from types import SimpleNamespace
 
@@ -320,6 +320,10 @@ def test_a_progress_whose_json_cannot_be_read_goes_through_pysparks_conversion(
     seen: list[Any] = []
     events = json_progress_events(SimpleNamespace(onQueryProgress=seen.append))
     broken = JvmEvent("{not json")
-    events.onQueryProgress(broken)
-    assert converted == [broken]
+    with caplog.at_level(logging.DEBUG, logger="controlplane.progress"):
+        events.onQueryProgress(broken)
+        events.onQueryProgress(broken)
+    assert converted == [broken, broken]
     assert seen == []
+    levels = [r.levelno for r in caplog.records if "PySpark's conversion" in r.getMessage()]
+    assert levels == [logging.WARNING, logging.DEBUG]  # said once, then quietly

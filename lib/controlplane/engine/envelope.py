@@ -64,29 +64,31 @@ def to_table(table: str, rows: Sequence[Row]) -> pa.Table:
     if schema is None:
         return pa.table({UNKNOWN_COLUMN: pa.array([row_text(row) for row in rows], pa.string())})
     try:
-        return direct_table(table, schema, rows)
+        return direct_table(schema, rows)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         # a value JSON changes first (a numpy scalar, a set, ...): read as the per-row path
         # reads it; a row that fits neither fails here, as it fails there
         return pa.Table.from_pylist([json.loads(row_text(row)) for row in rows], schema=schema)
 
 
-def direct_table(table: str, schema: pa.Schema, rows: Sequence[Row]) -> pa.Table:
+def direct_table(schema: pa.Schema, rows: Sequence[Row]) -> pa.Table:
     """``pa.Table.from_pylist(rows, schema=schema)``, raising what it raises. Rows that are all
     dicts (what the cores build) are converted as one struct array, in C++: the same columns
-    and values (tests/engine/test_sink_arrow.py) at about two thirds of the cost."""
+    and values (tests/engine/test_sink_arrow.py) at about two thirds of the cost. For rows of
+    JSON objects: a row with a key that is not a string (which JSON refuses) may be read
+    differently (Arrow matches ``bytes`` keys to the columns; from_pylist ignores them)."""
     if all(type(row) is dict for row in rows):
-        return pa.Table.from_struct_array(pa.array(rows, type=_struct(table, schema)))
+        return pa.Table.from_struct_array(pa.array(rows, type=_struct(schema)))
     return pa.Table.from_pylist(list(rows), schema=schema)
 
 
-_STRUCTS: dict[str, pa.StructType] = {}
+_STRUCTS: dict[pa.Schema, pa.StructType] = {}
 
 
-def _struct(table: str, schema: pa.Schema) -> pa.StructType:
-    struct = _STRUCTS.get(table)
+def _struct(schema: pa.Schema) -> pa.StructType:
+    struct = _STRUCTS.get(schema)
     if struct is None:
-        struct = _STRUCTS[table] = pa.struct(list(schema))
+        struct = _STRUCTS[schema] = pa.struct(list(schema))
     return struct
 
 

@@ -356,7 +356,7 @@ def make_listener(
             if made is None:
                 try:
                     made = self._jlistenerobj = json_progress_listener(self)
-                except (ImportError, AttributeError):  # a PySpark without these: its own
+                except Exception:  # a PySpark without these classes: its own listener
                     log.debug("progress listener: PySpark's conversion", exc_info=True)
                     made = super()._jlistener
             return made
@@ -393,19 +393,23 @@ def json_progress_listener(pylistener: Any) -> Any:
 
 def json_progress_events(pylistener: Any) -> Any:
     """PySpark's Py4J callback for a Python listener (``JStreamingQueryListener``), except that a
-    progress event is read as its JSON text (``progress().json()``, as PySpark's
-    ``StreamingQuery.lastProgress`` and Spark Connect read one): two calls to the JVM. PySpark's
+    progress event is read as its JSON text (``progress().json()``, as Spark Connect and
+    PySpark 4.2's ``StreamingQuery.lastProgress`` read one): two calls to the JVM. PySpark's
     own conversion (``QueryProgressEvent.fromJObject``) makes about 630 calls to the JVM per
     event, which took the driver 140-830 ms each (docs/benchmarks/engine.md). An event whose
     JSON cannot be read goes through PySpark's conversion."""
     from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
 
     class JsonProgressEvents(JStreamingQueryListener):
+        warned = False  # the first event read the slow way is a warning, the rest debug
+
         def onQueryProgress(self, jevent: Any) -> None:
             try:
                 event = QueryProgressEvent.fromJson({"progress": progress_json(jevent.progress())})
             except Exception:
-                log.debug("progress read through PySpark's conversion", exc_info=True)
+                level = logging.DEBUG if self.warned else logging.WARNING
+                self.warned = True
+                log.log(level, "progress read through PySpark's conversion", exc_info=True)
                 super().onQueryProgress(jevent)
                 return
             self.pylistener.onQueryProgress(event)
