@@ -226,8 +226,8 @@ def test_dict_rows_convert_as_from_pylist_converts_them(data: st.DataObject, tab
         expected = pa.Table.from_pylist(rows, schema=schema)
     except caught:
         with pytest.raises(caught):
-            envelope.direct_table(schema, rows)
+            envelope.direct_table(table, rows)
         return
-    got = envelope.direct_table(schema, rows)
+    got = envelope.direct_table(table, rows)
     assert got.schema == expected.schema
     assert got.to_pylist() == expected.to_pylist()

@@ -64,31 +64,36 @@ def to_table(table: str, rows: Sequence[Row]) -> pa.Table:
     if schema is None:
         return pa.table({UNKNOWN_COLUMN: pa.array([row_text(row) for row in rows], pa.string())})
     try:
-        return direct_table(schema, rows)
+        return direct_table(table, rows)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         # a value JSON changes first (a numpy scalar, a set, ...): read as the per-row path
         # reads it; a row that fits neither fails here, as it fails there
         return pa.Table.from_pylist([json.loads(row_text(row)) for row in rows], schema=schema)
 
 
-def direct_table(schema: pa.Schema, rows: Sequence[Row]) -> pa.Table:
-    """``pa.Table.from_pylist(rows, schema=schema)``, raising what it raises. Rows that are all
-    dicts (what the cores build) are converted as one struct array, in C++: the same columns
-    and values (tests/engine/test_sink_arrow.py) at about two thirds of the cost. For rows of
-    JSON objects: a row with a key that is not a string (which JSON refuses) may be read
-    differently (Arrow matches ``bytes`` keys to the columns; from_pylist ignores them)."""
+def direct_table(table: str, rows: Sequence[Row]) -> pa.Table:
+    """``pa.Table.from_pylist(rows, schema=row_schema(table))`` for a table the engine knows,
+    raising what it raises. Rows that are all dicts (what the cores build) are converted as one
+    struct array, in C++: the same columns and values (tests/engine/test_sink_arrow.py) at about
+    two thirds of the cost. For rows of JSON objects: a row with a key that is not a string
+    (which JSON refuses) may be read differently (Arrow matches ``bytes`` keys to the columns;
+    from_pylist ignores them)."""
     if all(type(row) is dict for row in rows):
-        return pa.Table.from_struct_array(pa.array(rows, type=_struct(schema)))
-    return pa.Table.from_pylist(list(rows), schema=schema)
+        return pa.Table.from_struct_array(pa.array(rows, type=_row_struct(table)))
+    return pa.Table.from_pylist(list(rows), schema=row_schema(table))
 
 
-_STRUCTS: dict[pa.Schema, pa.StructType] = {}
+_STRUCTS: dict[str, pa.StructType] = {}
 
 
-def _struct(schema: pa.Schema) -> pa.StructType:
-    struct = _STRUCTS.get(schema)
+def _row_struct(table: str) -> pa.StructType:
+    """``row_schema(table)``'s columns as one struct type, built once per table."""
+    struct = _STRUCTS.get(table)
     if struct is None:
-        struct = _STRUCTS[schema] = pa.struct(list(schema))
+        schema = row_schema(table)
+        if schema is None:
+            raise ValueError(f"{table}: not a table the engine knows")
+        struct = _STRUCTS[table] = pa.struct(list(schema))
     return struct
 
 

@@ -40,6 +40,7 @@ _KINDS: Final = {kind.value: kind for kind in TimerKind}
 _MARSHAL_VERSION: Final = 4
 
 # A group's lists, by position (encode_group's order).
+GROUP_FIELDS: Final = 17
 (
     G_GROUP_ID,
     G_PHASE,
@@ -58,8 +59,7 @@ _MARSHAL_VERSION: Final = 4
     G_EMPTY_SINCE_MS,
     G_LAST_COMMIT_MS,
     G_EXPANSION_QUEUE,
-) = range(17)
-GROUP_FIELDS: Final = 17
+) = range(GROUP_FIELDS)
 # A member's (_member's order) and a timer's.
 M_MEMBER_ID, M_GROUP_INSTANCE_ID, M_CLIENT_ID, M_CLIENT_HOST = range(4)
 M_SESSION_TIMEOUT_MS, M_ASSIGNMENT, M_OFFLINE_SINCE_MS = 5, 8, 12

@@ -109,18 +109,15 @@ class _Loaded:
     def group(self, group: Group) -> None:
         self._group, self._fields = group, None
 
-    def fast_heartbeat(self, request: Heartbeat, now_ms: int) -> Decision | None:
-        """``fields.heartbeat`` on a group not yet decoded; None when the group is decoded, or
-        when the heartbeat needs the general path. The caller remembers the request (which
-        marks the body changed)."""
-        if self._fields is None:
+    def fast_heartbeat(self, request: Heartbeat, now_ms: int) -> tuple[Decision, int | None] | None:
+        """``fields.heartbeat`` on a group not yet decoded: its answer and the group's next
+        deadline; None when the group is decoded, or when the heartbeat needs the general path.
+        The caller remembers the request (which marks the body changed)."""
+        lists = self._fields
+        if lists is None:
             return None
-        return fields.heartbeat(self._fields, request, now_ms)
-
-    def next_deadline_ms(self) -> int | None:
-        if self._fields is not None:
-            return fields.next_deadline_ms(self._fields)
-        return self.group.next_deadline_ms
+        decision = fields.heartbeat(lists, request, now_ms)
+        return None if decision is None else (decision, fields.next_deadline_ms(lists))
 
     def row(self, now_ms: int) -> Row:
         if self._fields is not None:
@@ -359,11 +356,11 @@ class CoordinatorShard:
                 return
             self._touched.setdefault(group_id, False)
             if isinstance(request, Heartbeat) and group_id:  # machine.handle's condition
-                decision = loaded.fast_heartbeat(request, self._clocks[slot])
-                if decision is not None:
+                answered = loaded.fast_heartbeat(request, self._clocks[slot])
+                if answered is not None:
+                    decision, self._deadlines[slot] = answered
                     loaded.remember(event_digest)
                     rows[DECISIONS].append(decision.to_row())
-                    self._deadlines[slot] = loaded.next_deadline_ms()
                     return
             step = machine.handle(loaded.group, request, self._clocks[slot], self.config)
         loaded.remember(event_digest)
