@@ -310,6 +310,12 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+def prepare_worker() -> None:
+    """What a worker's first call does before its rows (``_freeze_once``), done ahead by
+    engine.warmup while the query starts."""
+    _freeze_once()
+
+
 _FROZEN_IN: list[int] = []  # the process that froze its objects (a forked worker does its own)
 
 

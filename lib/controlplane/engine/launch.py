@@ -331,6 +331,7 @@ def _run_queries(
         close_query_resources,
         register_progress_listener,
     )
+    from controlplane.engine.warmup import warm_python_workers
     from controlplane.io.kafka_clients import KafkaSetupError
 
     spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ and not on_databricks()
@@ -345,6 +346,8 @@ def _run_queries(
     # per query (ResolveWriteToStream; MicroBatchExecution still says it for stateful ones).
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     listener = register_progress_listener(spark, options)
+    if not on_databricks():  # one worker per core, ready before the first batch's tasks
+        warm_python_workers(spark)
     interval_s = options.progress_log_interval_ms / 1000
     log.info(
         "%s, checkpoints in %s; a progress line per query %s; SIGTERM or Ctrl-C stops the job",
