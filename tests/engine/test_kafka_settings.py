@@ -425,7 +425,7 @@ def test_the_quota_keyer_never_resolves_a_refused_record() -> None:
 def test_a_kafka_setup_error_ends_the_job_with_status_2_and_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from controlplane.engine import queries
+    from controlplane.engine import queries, warmup
 
     config = tmp_path / "conf.yaml"
     config.write_text(
@@ -438,6 +438,7 @@ def test_a_kafka_setup_error_ends_the_job_with_status_2_and_one_line(
     log: list[str] = []
     monkeypatch.setattr(launch, "session_for", lambda *args: FakeSpark(log))
     monkeypatch.setattr(queries, "register_progress_listener", lambda *args: None)
+    monkeypatch.setattr(warmup, "warm_python_workers", lambda *args, **kwargs: None)
     monkeypatch.setattr(queries, "build_coordinator_query", refuse)
     assert launch.run(["--config", str(config)], ["coordinator"], "") == 2
     assert "coordinator: Kafka request topic(s) use message.timestamp.type" in caplog.text

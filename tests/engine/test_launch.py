@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.engine import launch
+from controlplane.engine import launch, warmup
 from engine.fakes import FakeSpark
 
 
@@ -117,6 +117,7 @@ def fake_job(monkeypatch: pytest.MonkeyPatch, log: list[str], **queries: dict[st
 
     monkeypatch.setattr(launch, "session_for", session_for)
     monkeypatch.setattr(engine_queries, "register_progress_listener", lambda *args: None)
+    monkeypatch.setattr(warmup, "warm_python_workers", lambda *args, **kwargs: None)
     for name, query in queries.items():
         builder = fake_builder(log, name, **query)
         monkeypatch.setattr(engine_queries, f"build_{name}_query", builder)
@@ -142,6 +143,34 @@ def test_available_now_replays_wait_for_every_query_to_end(
         "quota ended",
         "session stopped",
     ]
+
+
+@pytest.mark.parametrize("databricks", [False, True])
+def test_a_local_job_starts_its_python_workers_ahead_and_a_databricks_one_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, databricks: bool
+) -> None:
+    config = tmp_path / "conf.yaml"
+    config.write_text("engine: {mode: event_time}\nsources:\n  coordinator: {path: a}\n")
+    log: list[str] = []
+    fake_job(monkeypatch, log, coordinator={"polls": 1})
+    calls: list[tuple[Any, Any]] = []
+
+    def record(spark: Any, *, stopping: Any) -> None:
+        calls.append((spark, stopping()))
+
+    monkeypatch.setattr(warmup, "warm_python_workers", record)
+    if databricks:
+        monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")
+    else:
+        monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
+    assert launch.run(["--config", str(config), "--available-now"], ["coordinator"], "") == 0
+    if databricks:
+        assert calls == []
+    else:
+        [(spark, stopping)] = calls
+        assert isinstance(spark, FakeSpark)
+        assert stopping is False
+    assert log[-1] == "session stopped"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -346,8 +346,9 @@ def _run_queries(
     # per query (ResolveWriteToStream; MicroBatchExecution still says it for stateful ones).
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     listener = register_progress_listener(spark, options)
+    ending = threading.Event()  # set before the session stops (which cancels its jobs)
     if not on_databricks():  # one worker per core, ready before the first batch's tasks
-        warm_python_workers(spark)
+        warm_python_workers(spark, stopping=ending.is_set)
     interval_s = options.progress_log_interval_ms / 1000
     log.info(
         "%s, checkpoints in %s; a progress line per query %s; SIGTERM or Ctrl-C stops the job",
@@ -370,12 +371,14 @@ def _run_queries(
             )
         except (ConfigError, KafkaSetupError) as exc:  # secrets, topics: before any start
             log.error("%s: %s", name, exc)
+            ending.set()
             stop_gracefully(spark, listener, started)
             close_query_resources()
             return 2
         started.append(writer.start())
     stop.wait(started, every_query=args.available_now)
     failed = [q for q in started if not q.isActive and q.exception() is not None]
+    ending.set()
     interrupted = stop_gracefully(spark, listener, started)
     close_query_resources()  # the answers producer: after the last batch that could publish
     if stop.signal_name is not None:

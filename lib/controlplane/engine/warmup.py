@@ -11,9 +11,14 @@ tasks ask for a Python worker, PySpark gives them these idle ones: its daemon re
 for any job of the same Python and environment, an RDD's or a pandas UDF's alike (the
 same process ids served both, in a local session of this build).
 
-Nothing waits for it and nothing depends on it: a failure is a warning, and the first batch
-then starts its workers as before. Local sessions only (``launch``): on a cluster, a job's
-tasks are not placed on every executor.
+Nothing depends on it: a failure is a warning (at debug level when the job is stopping, as
+the session's stop cancels it), and the first batch then starts its workers as before. The
+warm-up's tasks hold the cores for 1-3 s while the query starts, so a job the start needs
+waits for them; and PySpark stops a worker idle for about a minute, so a first batch planned
+later than that finds none (measured: a start took 14-22 s to its first offsets, the warm-up
+4-5 s of it). One task per slot of the session's default parallelism, which local sessions
+fix at 2 (engine.session): the cores of ``local[2]``, the jobs' default. Local sessions only
+(``launch``): on a cluster, a job's tasks are not placed on every executor.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +52,6 @@ class Warmed:
 
     pid: int
     seconds: float
-    imported: tuple[str, ...]  # of MODULES, those the worker holds afterwards
     frozen: int  # objects moved out of the cyclic collector's reach (gc.get_freeze_count)
 
 
@@ -56,7 +60,6 @@ def warm_worker(_: Iterable[Any]) -> Iterator[Warmed]:
     import gc
     import importlib
     import os
-    import sys
 
     started = time.monotonic()
     for name in MODULES:
@@ -64,8 +67,7 @@ def warm_worker(_: Iterable[Any]) -> Iterator[Warmed]:
     from controlplane.engine import adapter
 
     adapter.prepare_worker()
-    imported = tuple(name for name in MODULES if name in sys.modules)
-    yield Warmed(os.getpid(), time.monotonic() - started, imported, gc.get_freeze_count())
+    yield Warmed(os.getpid(), time.monotonic() - started, gc.get_freeze_count())
 
 
 def run_warmup(spark: Any, tasks: int) -> list[Warmed]:
@@ -81,10 +83,13 @@ def run_warmup(spark: Any, tasks: int) -> list[Warmed]:
     return result
 
 
-def warm_python_workers(spark: Any, tasks: int | None = None) -> threading.Thread:
+def warm_python_workers(
+    spark: Any, tasks: int | None = None, stopping: Callable[[], bool] = lambda: False
+) -> threading.Thread:
     """``run_warmup`` on a daemon thread, with ``tasks`` workers (by default the session's
-    default parallelism: locally, the cores it runs tasks on); the thread ends when the workers
-    are ready (or when the job failed, with a warning)."""
+    default parallelism); the thread ends when the workers are ready, or when the job failed:
+    a warning of one line, or a debug line when ``stopping()`` says the job is stopping (its
+    session's stop cancels the job)."""
 
     def run() -> None:
         started = time.monotonic()
@@ -92,7 +97,13 @@ def warm_python_workers(spark: Any, tasks: int | None = None) -> threading.Threa
             count = tasks if tasks is not None else spark.sparkContext.defaultParallelism
             warmed = run_warmup(spark, count)
         except Exception as exc:  # the session stopping, a worker failing: not the job's concern
-            log.warning("could not start the Python workers ahead (%s); the first batch will", exc)
+            # a Py4J error's text is the whole Java stack: its first line says enough
+            lines = str(exc).strip().splitlines()
+            reason = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+            level = logging.DEBUG if stopping() else logging.WARNING
+            log.log(
+                level, "could not start the Python workers ahead (%s); the first batch will", reason
+            )
             return
         log.info(
             "%d Python workers started ahead in %.1f s (imports %s s)",
