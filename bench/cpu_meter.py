@@ -2,8 +2,12 @@
 executor in local mode) by kind of thread, the Python workers, and the benchmark's own process
 (the driver's Python: foreachBatch and its Delta writes, the listener, the load generator).
 
-Read from Linux's /proc (utime + stime of every thread); elsewhere ``CpuMeter.start`` returns
-None and the benchmark prints no CPU line. Figures are cores: CPU seconds over wall seconds.
+Read from Linux's /proc (utime + stime); elsewhere ``CpuMeter.start`` returns None and the
+benchmark prints no CPU line. Figures are cores: CPU seconds over wall seconds. A process's
+figure is its own total (its threads that ended included); its parts are its threads that
+lived through the window or started in it, by name, and ``other`` the rest. The Python
+workers are the JVM's descendants (PySpark's daemon and the workers it forks), so another
+job's workers on the machine are not counted.
 """
 
 from __future__ import annotations
@@ -23,48 +27,59 @@ JVM_PARTS = (
     ("stream", re.compile(r"stream executio")),
     ("GC", re.compile(r"GC Thread|G1 |VM Thread")),
 )
-WORKER_MARKERS = ("pyspark.daemon", "pydaemon", "pyspark.worker")
 DELTA_RS_THREAD = "tokio-rt-worker"
 
+Stat = tuple[str, int, int]  # a process's or thread's name, parent pid, CPU ticks
 
-def _ticks(pid: int) -> dict[str, int]:
-    """CPU ticks per thread name of one process (threads of a name summed)."""
-    out: Counter[str] = Counter()
+
+def _stat(path: Path) -> Stat | None:
+    try:
+        text = (path / "stat").read_text()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1 : text.rindex(")")]  # a name may hold spaces and brackets
+    fields = text[text.rindex(")") + 2 :].split()
+    return name, int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def _threads(pid: int) -> dict[int, tuple[str, int]]:
+    """Each thread's name and CPU ticks, by thread id."""
+    out = {}
     try:
         tasks = list((PROC / str(pid) / "task").iterdir())
     except OSError:
         return {}
     for task in tasks:
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[name] += int(fields[11]) + int(fields[12])
-    return dict(out)
+        stat = _stat(task)
+        if stat is not None:
+            out[int(task.name)] = (stat[0], stat[2])
+    return out
+
+
+def _descendants(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            stat = _stat(entry)
+            if stat is not None:
+                parents[int(entry.name)] = stat[1]
+    found, frontier = [], {root}
+    while frontier:
+        children = {pid for pid, parent in parents.items() if parent in frontier}
+        found += sorted(children)
+        frontier = children
+    return found
 
 
 def _machine_busy() -> int:
-    """Ticks the whole machine was busy (every CPU, every process), from /proc/stat."""
+    """Ticks the whole machine was busy (every CPU, every process), from /proc/stat: user,
+    nice, system, irq and softirq (guest time is inside user; idle, iowait and steal are not
+    this machine's work)."""
     values = [int(v) for v in (PROC / "stat").read_text().split("\n", 1)[0].split()[1:]]
-    return sum(values[:8]) - values[3] - values[4]  # all but idle and iowait (guest is in user)
+    return values[0] + values[1] + values[2] + values[5] + values[6]
 
 
-def _workers(exclude: set[int]) -> list[int]:
-    """The Python workers' processes: PySpark's daemon and the workers it forks (the JVM's
-    command line names the daemon's module too: it is excluded)."""
-    pids = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit() or int(entry.name) in exclude:
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if any(marker in command for marker in WORKER_MARKERS):
-            pids.append(int(entry.name))
-    return pids
+Snapshot = dict[tuple[str, int], tuple[int, dict[int, tuple[str, int]]]]
 
 
 class CpuMeter:
@@ -73,7 +88,7 @@ class CpuMeter:
     def __init__(self, jvm_pid: int) -> None:
         self.jvm_pid = jvm_pid
         self.own_pid = os.getpid()
-        self.started = time.time()
+        self.started = time.monotonic()
         self.busy_before = _machine_busy()
         self.before = self._snapshot()
 
@@ -83,30 +98,39 @@ class CpuMeter:
             jvm_pid = int(spark.sparkContext._gateway.proc.pid)
         except Exception:  # not a gateway this process launched
             return None
-        return cls(jvm_pid) if (PROC / str(jvm_pid)).exists() else None
+        return cls(jvm_pid) if (PROC / str(jvm_pid) / "stat").exists() else None
 
-    def _snapshot(self) -> dict[tuple[str, int], dict[str, int]]:
-        snap = {("jvm", self.jvm_pid): _ticks(self.jvm_pid), ("driver", self.own_pid): {}}
-        snap[("driver", self.own_pid)] = _ticks(self.own_pid)
-        for pid in _workers({self.jvm_pid, self.own_pid}):
-            snap[("worker", pid)] = _ticks(pid)
+    def _snapshot(self) -> Snapshot:
+        kinds = [("jvm", self.jvm_pid), ("driver", self.own_pid)]
+        kinds += [("worker", pid) for pid in _descendants(self.jvm_pid)]
+        snap: Snapshot = {}
+        for kind, pid in kinds:
+            stat = _stat(PROC / str(pid))
+            if stat is not None:
+                snap[(kind, pid)] = (stat[2], _threads(pid))
         return snap
 
     def stop(self) -> dict[str, float]:
-        after, elapsed = self._snapshot(), time.time() - self.started
-        hertz = os.sysconf("SC_CLK_TCK")
+        after, elapsed = self._snapshot(), time.monotonic() - self.started
+        per_second = os.sysconf("SC_CLK_TCK") * elapsed
         cores: Counter[str] = Counter()
-        cores["machine"] = (_machine_busy() - self.busy_before) / hertz / elapsed
-        for (kind, pid), threads in after.items():
-            was = self.before.get((kind, pid), {})
-            for name, ticks in threads.items():
-                used = (ticks - was.get(name, 0)) / hertz / elapsed
-                cores[kind] += used
+        cores["machine"] = (_machine_busy() - self.busy_before) / per_second
+        for (kind, pid), (total, threads) in after.items():
+            was_total, was_threads = self.before.get((kind, pid), (0, {}))
+            cores[kind] += (total - was_total) / per_second
+            if kind == "worker":
+                continue
+            parts: Counter[str] = Counter()
+            for tid, (name, ticks) in threads.items():
+                used = (ticks - was_threads.get(tid, (name, 0))[1]) / per_second
                 if kind == "jvm":
-                    part = next((p for p, pattern in JVM_PARTS if pattern.match(name)), "other")
-                    cores[f"jvm {part}"] += used
-                elif kind == "driver" and name == DELTA_RS_THREAD:
-                    cores["driver delta-rs"] += used
+                    parts[next((p for p, pattern in JVM_PARTS if pattern.match(name)), "")] += used
+                elif name == DELTA_RS_THREAD:
+                    parts["delta-rs"] += used
+            for part, used in parts.items():
+                if part:
+                    cores[f"{kind} {part}"] += used
+        cores["jvm other"] = max(0.0, cores["jvm"] - sum(cores[f"jvm {p}"] for p, _ in JVM_PARTS))
         return dict(cores)
 
 
@@ -116,8 +140,8 @@ def describe(cores: dict[str, float]) -> str:
         for part in [name for name, _ in JVM_PARTS] + ["other"]
     )
     return (
-        f"CPU while loaded (cores): machine {cores.get('machine', 0.0):.2f} of {os.cpu_count()}; "
-        f"Python workers {cores.get('worker', 0.0):.2f}; "
+        f"CPU while loaded (cores): machine {cores.get('machine', 0.0):.2f} of "
+        f"{len(os.sched_getaffinity(0))}; Python workers {cores.get('worker', 0.0):.2f}; "
         f"JVM {cores.get('jvm', 0.0):.2f} ({jvm}); "
         f"driver Python {cores.get('driver', 0.0):.2f} "
         f"(delta-rs threads {cores.get('driver delta-rs', 0.0):.2f})"

@@ -22,7 +22,8 @@ Figures per run:
 * the CPU while loaded (bench/cpu_meter.py, Linux), in cores, from the first file to the
   last answer: the Python workers, the JVM by thread (JIT compilers, task threads, the stream
   thread, GC, the rest) and the driver's Python (foreachBatch and its delta-rs threads, the
-  listener, and this script, which drops files it encoded before the clock started);
+  listener, and this script, which drops files it encoded before the clock started and, after
+  the last one, counts the decisions table's rows once a second from Parquet footers);
 * the core's events/s on the same events (CoordinatorRunner in-process, one call per key per
   file, state encoded between calls) and the ratio engine / core.
 
@@ -297,7 +298,7 @@ def run_engine(
         1 for s in slots for e in s if e["type"] == "join" and int(e["group_id"][1:]) % 10 == 9
     )
     texts = encode_slots(slots)  # before the clock starts: the producer is not the engine
-    meter = None
+    cores: dict[str, float] | None = None
     try:
         _drop(
             landing,
@@ -312,9 +313,9 @@ def run_engine(
             time.sleep(max(0.0, target - time.time()))
             _drop_texts(landing, lines, int(time.time() * 1000), f"s{second:04d}")
         _wait(lambda: count(tables / "decisions") >= expected + 1, 1800)
+        cores = meter.stop() if meter is not None else None  # the last answer is in
         _wait(lambda: count(tables / "group_events", removed_by_timeout()) >= silent, 600)
     finally:
-        cores = meter.stop() if meter is not None else None
         add_batch_ms = [
             p["durationMs"].get("addBatch", 0) for p in query.recentProgress if p["numInputRows"]
         ]
