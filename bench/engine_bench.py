@@ -370,14 +370,17 @@ def encode_slots(slots: list[list[dict[str, Any]]]) -> list[list[str]]:
 
 def _drop_texts(landing: Path, texts: list[str], now_ms: int, name: str) -> None:
     stamp = f', "event_time_ms": {now_ms}}}\n'
-    temp = landing / f".{name}.tmp"
-    temp.write_text(stamp.join(texts) + stamp if texts else "")
-    os.rename(temp, landing / f"{name}.jsonl")
+    _land(landing, stamp.join(texts) + stamp if texts else "", name)
 
 
 def _drop(landing: Path, events: list[dict[str, Any]], name: str) -> None:
+    _land(landing, "".join(json.dumps(e) + "\n" for e in events), name)
+
+
+def _land(landing: Path, text: str, name: str) -> None:
+    """A whole file in the landing directory at once (written aside, then renamed)."""
     temp = landing / f".{name}.tmp"
-    temp.write_text("".join(json.dumps(e) + "\n" for e in events))
+    temp.write_text(text)
     os.rename(temp, landing / f"{name}.jsonl")
 
 
