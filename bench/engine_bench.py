@@ -27,6 +27,13 @@ Figures per run:
 * the core's events/s on the same events (CoordinatorRunner in-process, one call per key per
   file, state encoded between calls) and the ratio engine / core.
 
+``--windows N`` prints the answer latency by when the request was dropped, and the timer
+lateness by when the timer was due, N seconds a window: a backlog built in the first seconds
+(a fresh JVM, the join burst) and how it drains. ``--spread-silence`` has the silent groups
+stop after a number of heartbeats spread over the run, so sessions expire throughout it (by
+default they all stop after their sync and expire in the first ten seconds). ``--phases``
+prints each loaded batch's phases as Spark timed them.
+
 ``--idle N`` measures idle batches instead: N groups join and sync with a 25-minute session
 (so no timer falls due), then the query runs on with no input for ``--seconds``; printed:
 each idle batch's duration (Spark's ``triggerExecution``, p50/p90/max) and its parts, the
@@ -64,9 +71,16 @@ def member_id(group: str, event_id: str, client: str) -> str:
     return f"{client}-{uuid.uuid5(uuid.NAMESPACE_URL, group + '/' + event_id)}"
 
 
-def workload(groups: int, seconds: int) -> list[list[dict[str, Any]]]:
-    """Events per second-slot (one file each); event_time_ms is filled in at drop time."""
+def workload(
+    groups: int, seconds: int, *, spread_silence: bool = False
+) -> list[list[dict[str, Any]]]:
+    """Events per second-slot (one file each); event_time_ms is filled in at drop time.
+
+    One group in ten goes silent: right after its sync, or, with ``spread_silence``, after a
+    number of heartbeats spread evenly over the run, so that sessions expire (timers fire)
+    throughout it and not only in its first seconds."""
     slots: list[list[dict[str, Any]]] = [[] for _ in range(seconds)]
+    beats = max(1, len(range(4, seconds, 3)))  # the heartbeats of a group that never stops
     for g in range(groups):
         group, client = f"g{g:05d}", f"c{g:05d}"
         start = g % 3  # spread the joins over the first seconds
@@ -96,9 +110,14 @@ def workload(groups: int, seconds: int) -> list[list[dict[str, Any]]]:
                 "assignments": [{"member_id": member, "assignment": ""}],
             }
         )
-        if g % 10 == 9:
-            continue  # silent: removed by its session timeout
+        stop = None
+        if g % 10 == 9:  # silent: removed by its session timeout
+            if not spread_silence:
+                continue
+            stop = (g // 10) % beats
         for n, slot in enumerate(range(start + 4, seconds, 3)):
+            if n == stop:
+                break
             slots[slot].append(
                 {
                     "event_id": f"{group}-hb{n}",
@@ -316,9 +335,9 @@ def run_engine(
         cores = meter.stop() if meter is not None else None  # the last answer is in
         _wait(lambda: count(tables / "group_events", removed_by_timeout()) >= silent, 600)
     finally:
-        add_batch_ms = [
-            p["durationMs"].get("addBatch", 0) for p in query.recentProgress if p["numInputRows"]
-        ]
+        loaded_progress = [p for p in query.recentProgress if p["numInputRows"]]
+        add_batch_ms = [p["durationMs"].get("addBatch", 0) for p in loaded_progress]
+        phases = [_phases(p) for p in loaded_progress]
         query.stop()
         spark.streams.removeListener(listener)
     decisions = [r for r in read(tables / "decisions") if r["group_id"] != "warm"]
@@ -355,7 +374,47 @@ def run_engine(
         "add_batch_p50_ms": percentile(add_batch_ms, 0.5),
         "add_batch_p90_ms": percentile(add_batch_ms, 0.9),
         "cores": cores,
+        "phases": phases,
+        "answers": [(r["event_time_ms"], r["processed_at_ms"]) for r in decisions],
+        "removals_at": [(r["at_ms"], r["processed_at_ms"]) for r in removals],
+        "first_drop_ms": int(first_drop * 1000),
     }
+
+
+def latency_windows(
+    answers: list[tuple[int, int]],
+    removals: list[tuple[int, int]],
+    first_drop_ms: int,
+    window_s: int,
+) -> list[str]:
+    """Answer latency by when the request was dropped, and timer lateness by when the timer
+    was due, ``window_s`` seconds a window from the first drop: how a backlog built at the
+    start (a cold JVM, the join burst) grows or drains."""
+    lines = []
+    for what, pairs in (("answers", answers), ("timers", removals)):
+        windows: dict[int, list[float]] = defaultdict(list)
+        for at_ms, done_ms in pairs:
+            windows[(at_ms - first_drop_ms) // (window_s * 1000)].append(done_ms - at_ms)
+        lines += [
+            f"{what} {n * window_s}-{(n + 1) * window_s} s: {len(late)}, p50 "
+            f"{percentile(late, 0.5):.0f} / p99 {percentile(late, 0.99):.0f} ms"
+            for n, late in sorted(windows.items())
+        ]
+    return lines
+
+
+_PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+
+
+def _phases(progress: dict[str, Any]) -> str:
+    """One loaded batch as Spark timed it: its input rows and the ms of its phases (what is
+    left of ``triggerExecution`` is Spark's own: the state store commit, the progress)."""
+    durations = progress["durationMs"]
+    total = durations.get("triggerExecution", 0)
+    parts = " ".join(f"{name} {durations.get(name, 0)}" for name in _PHASES)
+    rest = total - sum(durations.get(name, 0) for name in _PHASES)
+    rows = progress["numInputRows"]
+    return f"batch {progress['batchId']}: {rows} rows, {total} ms: {parts}, rest {rest}"
 
 
 def encode_slots(slots: list[list[dict[str, Any]]]) -> list[list[str]]:
@@ -425,6 +484,15 @@ def main() -> int:
     parser.add_argument(
         "--partitions", type=int, default=2, help="shuffle (state) partitions (conf/local.yaml: 2)"
     )
+    parser.add_argument("--phases", action="store_true", help="each loaded batch's phases")
+    parser.add_argument(
+        "--spread-silence",
+        action="store_true",
+        help="silent groups stop at times spread over the run (timers fire throughout)",
+    )
+    parser.add_argument(
+        "--windows", type=int, default=0, help="answer latency per N seconds of drops (0: off)"
+    )
     parser.add_argument("--master", default="local[2]", help="e.g. local[1] against local[2]")
     parser.add_argument(
         "--no-core", action="store_true", help="skip the core's in-process replay (long runs)"
@@ -462,7 +530,7 @@ def main() -> int:
         return 0
     print(HEADER)
     for groups in [int(g) for g in args.groups.split(",")]:
-        slots = workload(groups, args.seconds)
+        slots = workload(groups, args.seconds, spread_silence=args.spread_silence)
         offered = sum(len(s) for s in slots) / args.seconds
         for keying in args.keyings.split(","):
             core = float("nan") if args.no_core else core_rate(slots, keying, args.shards)
@@ -472,6 +540,14 @@ def main() -> int:
                 print(line(groups, keying, writer, offered, core, figures), flush=True)
                 if figures["cores"] is not None:
                     print(f"  {describe(figures['cores'])}", flush=True)
+                if args.phases:
+                    for phase in figures["phases"]:
+                        print(f"  {phase}", flush=True)
+                if args.windows:
+                    answers, first = figures["answers"], figures["first_drop_ms"]
+                    removals = figures["removals_at"]
+                    for window in latency_windows(answers, removals, first, args.windows):
+                        print(f"  {window}", flush=True)
     spark.stop()
     return 0
 
