@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import engine_bench  # noqa: E402
+import engine_bench
 
 GROUPS, SECONDS = 200, 20
 
