@@ -32,7 +32,8 @@ lateness by when the timer was due, N seconds a window: a backlog built in the f
 (a fresh JVM, the join burst) and how it drains. ``--spread-silence`` has the silent groups
 stop after a number of heartbeats spread over the run, so sessions expire throughout it (by
 default they all stop after their sync and expire in the first ten seconds). ``--phases``
-prints each loaded batch's phases as Spark timed them.
+prints each loaded batch's phases as Spark timed them (of the last 100 batches: Spark keeps
+that many progress updates).
 
 ``--idle N`` measures idle batches instead: N groups join and sync with a 25-minute session
 (so no timer falls due), then the query runs on with no input for ``--seconds``; printed:
@@ -67,6 +68,11 @@ SESSION_MS = 6000
 PROTOCOLS = [{"name": "range", "metadata": "AAEAAAABAAZvcmRlcnM="}]
 
 
+def silent(group_id: str) -> bool:
+    """One group in ten stops heartbeating and is removed by its session timeout."""
+    return int(group_id[1:]) % 10 == 9
+
+
 def member_id(group: str, event_id: str, client: str) -> str:
     return f"{client}-{uuid.uuid5(uuid.NAMESPACE_URL, group + '/' + event_id)}"
 
@@ -76,11 +82,11 @@ def workload(
 ) -> list[list[dict[str, Any]]]:
     """Events per second-slot (one file each); event_time_ms is filled in at drop time.
 
-    One group in ten goes silent: right after its sync, or, with ``spread_silence``, after a
-    number of heartbeats spread evenly over the run, so that sessions expire (timers fire)
-    throughout it and not only in its first seconds."""
+    One group in ten goes silent (``silent``): right after its sync, or, with
+    ``spread_silence``, after a number of heartbeats spread evenly over the run (fewer than
+    the group would send), so that sessions expire (timers fire) throughout it and not only in
+    its first seconds."""
     slots: list[list[dict[str, Any]]] = [[] for _ in range(seconds)]
-    beats = max(1, len(range(4, seconds, 3)))  # the heartbeats of a group that never stops
     for g in range(groups):
         group, client = f"g{g:05d}", f"c{g:05d}"
         start = g % 3  # spread the joins over the first seconds
@@ -110,14 +116,13 @@ def workload(
                 "assignments": [{"member_id": member, "assignment": ""}],
             }
         )
-        stop = None
-        if g % 10 == 9:  # silent: removed by its session timeout
+        beats = range(start + 4, seconds, 3)
+        if silent(group):  # removed by its session timeout
             if not spread_silence:
                 continue
-            stop = (g // 10) % beats
-        for n, slot in enumerate(range(start + 4, seconds, 3)):
-            if n == stop:
-                break
+            # the silent groups of a join second stop after 0, 1, 2, ... heartbeats in turn
+            beats = beats[: (g // 30) % max(1, len(beats))]
+        for n, slot in enumerate(beats):
             slots[slot].append(
                 {
                     "event_id": f"{group}-hb{n}",
@@ -288,10 +293,12 @@ def count(path: Path, where: Any = None) -> int:
     return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows(filter=where))
 
 
-def removed_by_timeout() -> Any:
+def removed_by_timeout(group_ids: list[str] | None = None) -> Any:
+    """Session-timeout removals (of ``group_ids`` only, when given)."""
     import pyarrow.compute as pc
 
-    return (pc.field("reason") == "session_timeout") & (pc.field("kind") == "member_removed")
+    removed = (pc.field("reason") == "session_timeout") & (pc.field("kind") == "member_removed")
+    return removed if group_ids is None else removed & pc.field("group_id").isin(group_ids)
 
 
 def read(path: Path) -> list[dict[str, Any]]:
@@ -313,9 +320,7 @@ def run_engine(
     landing, tables = out / "landing", out / "tables"
     query, listener = start_query(spark, out, 500, keying, shards, writer)
     expected = sum(len(s) for s in slots)
-    silent = sum(
-        1 for s in slots for e in s if e["type"] == "join" and int(e["group_id"][1:]) % 10 == 9
-    )
+    quiet = sorted({e["group_id"] for s in slots for e in s if silent(e["group_id"])})
     texts = encode_slots(slots)  # before the clock starts: the producer is not the engine
     cores: dict[str, float] | None = None
     try:
@@ -333,7 +338,10 @@ def run_engine(
             _drop_texts(landing, lines, int(time.time() * 1000), f"s{second:04d}")
         _wait(lambda: count(tables / "decisions") >= expected + 1, 1800)
         cores = meter.stop() if meter is not None else None  # the last answer is in
-        _wait(lambda: count(tables / "group_events", removed_by_timeout()) >= silent, 600)
+        # the silent groups' removals: the others' sessions expire after the last drop, and
+        # how many of those a run counts would depend on when this wait ends
+        removed = removed_by_timeout(quiet)
+        _wait(lambda: count(tables / "group_events", removed) >= len(quiet), 600)
     finally:
         loaded_progress = [p for p in query.recentProgress if p["numInputRows"]]
         add_batch_ms = [p["durationMs"].get("addBatch", 0) for p in loaded_progress]
@@ -344,7 +352,9 @@ def run_engine(
     removals = [
         r
         for r in read(tables / "group_events")
-        if r["kind"] == "member_removed" and r["reason"] == "session_timeout"
+        if r["kind"] == "member_removed"
+        and r["reason"] == "session_timeout"
+        and silent(r["group_id"])
     ]
     last_commit = max(r["processed_at_ms"] for r in decisions) / 1000
     errors: dict[str, int] = defaultdict(int)
@@ -403,7 +413,7 @@ def latency_windows(
     return lines
 
 
-_PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
 
 
 def _phases(progress: dict[str, Any]) -> str:
@@ -498,6 +508,8 @@ def main() -> int:
         "--no-core", action="store_true", help="skip the core's in-process replay (long runs)"
     )
     args = parser.parse_args()
+    if args.windows < 0:
+        parser.error("--windows must be 0 (off) or a number of seconds")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]
     )

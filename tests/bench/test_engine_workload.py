@@ -14,47 +14,55 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import engine_bench
 
-GROUPS, SECONDS = 200, 20
+GROUPS, SECONDS = 600, 20
 
 
 def heartbeats(slots: list[list[dict[str, Any]]]) -> Counter[str]:
     return Counter(e["group_id"] for s in slots for e in s if e["type"] == "heartbeat")
 
 
-def silent(group_id: str) -> bool:
-    return int(group_id[1:]) % 10 == 9
-
-
 def test_by_default_the_silent_groups_stop_after_their_sync() -> None:
     beats = heartbeats(engine_bench.workload(GROUPS, SECONDS))
-    assert not [g for g in beats if silent(g)]
+    assert not [g for g in beats if engine_bench.silent(g)]
     assert len(beats) == GROUPS - GROUPS // 10
     # a group joining in second 0 beats in seconds 4, 7, ..., 19: six times
     assert beats["g00000"] == len(range(4, SECONDS, 3))
 
 
-def test_spread_silence_stops_the_silent_groups_at_spread_times_and_changes_nothing_else() -> None:
+def test_spread_silence_stops_every_silent_group_early_at_spread_times() -> None:
     plain = engine_bench.workload(GROUPS, SECONDS)
     spread = engine_bench.workload(GROUPS, SECONDS, spread_silence=True)
     beats, plain_beats = heartbeats(spread), heartbeats(plain)
-    full = len(range(4, SECONDS, 3))
-    stops = Counter(beats[f"g{g:05d}"] for g in range(9, GROUPS, 10))
-    assert sorted(stops) == list(range(full))  # every count from none to all but one
-    assert max(stops.values()) - min(stops.values()) <= 1  # evenly
-    assert {g: n for g, n in beats.items() if not silent(g)} == plain_beats
+    silent = [f"g{g:05d}" for g in range(GROUPS) if engine_bench.silent(f"g{g:05d}")]
+    for group in silent:  # fewer heartbeats than an ordinary group joining in the same second
+        ordinary = f"g{int(group[1:]) - 3:05d}"
+        assert beats[group] < beats[ordinary] == plain_beats[ordinary], group
+    for start in range(3):  # per join second: each count from none to all but one, evenly
+        own = len(range(start + 4, SECONDS, 3))
+        counts = Counter(beats[g] for g in silent if int(g[1:]) % 3 == start)
+        assert set(counts) == set(range(own)), start
+        assert max(counts.values()) - min(counts.values()) <= 1, start
+    assert {g: n for g, n in beats.items() if not engine_bench.silent(g)} == plain_beats
     others = [[e for e in s if e["type"] != "heartbeat"] for s in spread]
     assert others == [[e for e in s if e["type"] != "heartbeat"] for s in plain]
 
 
 def test_latency_windows_bucket_answers_by_drop_time_and_timers_by_deadline() -> None:
-    answers = [(1_000, 1_500), (1_900, 4_900), (11_000, 11_100), (25_000, 27_000)]
-    timers = [(12_000, 12_400)]
-    lines = engine_bench.latency_windows(answers, timers, first_drop_ms=1_000, window_s=10)
+    # out of order, and answered in another window than the one they were dropped or due in
+    answers = [
+        (26_000, 27_000),
+        (3_000, 4_500),
+        (12_500, 12_600),
+        (3_900, 13_900),
+        (14_000, 14_100),
+    ]
+    timers = [(15_000, 25_400)]
+    lines = engine_bench.latency_windows(answers, timers, first_drop_ms=3_000, window_s=10)
     assert lines == [
-        "answers 0-10 s: 2, p50 3000 / p99 3000 ms",
+        "answers 0-10 s: 3, p50 1500 / p99 10000 ms",
         "answers 10-20 s: 1, p50 100 / p99 100 ms",
-        "answers 20-30 s: 1, p50 2000 / p99 2000 ms",
-        "timers 10-20 s: 1, p50 400 / p99 400 ms",
+        "answers 20-30 s: 1, p50 1000 / p99 1000 ms",
+        "timers 10-20 s: 1, p50 10400 / p99 10400 ms",
     ]
 
 
