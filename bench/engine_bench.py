@@ -293,20 +293,21 @@ def count(path: Path, where: Any = None) -> int:
     return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows(filter=where))
 
 
-def removed_by_timeout(group_ids: list[str] | None = None) -> Any:
-    """Session-timeout removals (of ``group_ids`` only, when given)."""
+def removed_by_timeout(group_ids: list[str]) -> Any:
+    """The session-timeout removals of these groups (a filter for ``count`` and ``read``)."""
     import pyarrow.compute as pc
 
     removed = (pc.field("reason") == "session_timeout") & (pc.field("kind") == "member_removed")
-    return removed if group_ids is None else removed & pc.field("group_id").isin(group_ids)
+    return removed & pc.field("group_id").isin(group_ids)
 
 
-def read(path: Path) -> list[dict[str, Any]]:
+def read(path: Path, where: Any = None) -> list[dict[str, Any]]:
+    """Rows of a Delta table (matching ``where``, as ``count`` takes it)."""
     from deltalake import DeltaTable
 
     if not DeltaTable.is_deltatable(str(path)):
         return []
-    return DeltaTable(str(path)).to_pyarrow_table(columns=None).to_pylist()
+    return DeltaTable(str(path)).to_pyarrow_dataset().to_table(filter=where).to_pylist()
 
 
 def run_engine(
@@ -321,6 +322,7 @@ def run_engine(
     query, listener = start_query(spark, out, 500, keying, shards, writer)
     expected = sum(len(s) for s in slots)
     quiet = sorted({e["group_id"] for s in slots for e in s if silent(e["group_id"])})
+    removed = removed_by_timeout(quiet)
     texts = encode_slots(slots)  # before the clock starts: the producer is not the engine
     cores: dict[str, float] | None = None
     try:
@@ -340,7 +342,6 @@ def run_engine(
         cores = meter.stop() if meter is not None else None  # the last answer is in
         # the silent groups' removals: the others' sessions expire after the last drop, and
         # how many of those a run counts would depend on when this wait ends
-        removed = removed_by_timeout(quiet)
         _wait(lambda: count(tables / "group_events", removed) >= len(quiet), 600)
     finally:
         loaded_progress = [p for p in query.recentProgress if p["numInputRows"]]
@@ -349,13 +350,7 @@ def run_engine(
         query.stop()
         spark.streams.removeListener(listener)
     decisions = [r for r in read(tables / "decisions") if r["group_id"] != "warm"]
-    removals = [
-        r
-        for r in read(tables / "group_events")
-        if r["kind"] == "member_removed"
-        and r["reason"] == "session_timeout"
-        and silent(r["group_id"])
-    ]
+    removals = read(tables / "group_events", removed)
     last_commit = max(r["processed_at_ms"] for r in decisions) / 1000
     errors: dict[str, int] = defaultdict(int)
     for r in decisions:
