@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -310,6 +311,36 @@ def read(path: Path, where: Any = None) -> list[dict[str, Any]]:
     return DeltaTable(str(path)).to_pyarrow_dataset().to_table(filter=where).to_pylist()
 
 
+class SinkTimings(logging.Handler):
+    """The sink's own timings of each batch, from its debug records (engine.batch): the
+    Spark job that computes the batch (``toArrow``), then each table's write."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.by_batch: dict[int, dict[str, int]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from controlplane.engine.batch import SINK_TIMINGS
+
+        timings = getattr(record, SINK_TIMINGS, None)
+        if timings is not None:
+            self.by_batch[int(getattr(record, "batch_id", -1))] = dict(timings)
+
+    def attach(self) -> SinkTimings:
+        logger = logging.getLogger("controlplane.engine.batch")
+        self._saved = (logger.level, logger.propagate)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False  # the sink's other debug lines stay out of the output
+        logger.addHandler(self)
+        return self
+
+    def detach(self) -> None:
+        logger = logging.getLogger("controlplane.engine.batch")
+        logger.removeHandler(self)
+        logger.setLevel(self._saved[0])
+        logger.propagate = self._saved[1]
+
+
 def run_engine(
     spark: Any,
     slots: list[list[dict[str, Any]]],
@@ -325,6 +356,7 @@ def run_engine(
     removed = removed_by_timeout(quiet)
     texts = encode_slots(slots)  # before the clock starts: the producer is not the engine
     cores: dict[str, float] | None = None
+    sink = SinkTimings().attach()
     try:
         _drop(
             landing,
@@ -346,9 +378,10 @@ def run_engine(
     finally:
         loaded_progress = [p for p in query.recentProgress if p["numInputRows"]]
         add_batch_ms = [p["durationMs"].get("addBatch", 0) for p in loaded_progress]
-        phases = [_phases(p) for p in loaded_progress]
+        phases = [_phases(p, sink.by_batch.get(p["batchId"])) for p in loaded_progress]
         query.stop()
         spark.streams.removeListener(listener)
+        sink.detach()
     decisions = [r for r in read(tables / "decisions") if r["group_id"] != "warm"]
     removals = read(tables / "group_events", removed)
     last_commit = max(r["processed_at_ms"] for r in decisions) / 1000
@@ -411,15 +444,19 @@ def latency_windows(
 _PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
 
 
-def _phases(progress: dict[str, Any]) -> str:
+def _phases(progress: dict[str, Any], sink: dict[str, int] | None = None) -> str:
     """One loaded batch as Spark timed it: its input rows and the ms of its phases (what is
-    left of ``triggerExecution`` is Spark's own: the state store commit, the progress)."""
+    left of ``triggerExecution`` is Spark's own: the state store commit, the progress), then
+    ``addBatch`` as the sink timed it (``SinkTimings``) when it did."""
     durations = progress["durationMs"]
     total = durations.get("triggerExecution", 0)
     parts = " ".join(f"{name} {durations.get(name, 0)}" for name in _PHASES)
     rest = total - sum(durations.get(name, 0) for name in _PHASES)
     rows = progress["numInputRows"]
-    return f"batch {progress['batchId']}: {rows} rows, {total} ms: {parts}, rest {rest}"
+    text = f"batch {progress['batchId']}: {rows} rows, {total} ms: {parts}, rest {rest}"
+    if sink:
+        text += "; sink: " + " ".join(f"{name} {ms}" for name, ms in sink.items())
+    return text
 
 
 def encode_slots(slots: list[list[dict[str, Any]]]) -> list[list[str]]:

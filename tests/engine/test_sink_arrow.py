@@ -192,6 +192,37 @@ def test_an_idle_batch_opens_no_writer_and_leaves_its_figures() -> None:
     }
 
 
+class RecordingWriter:
+    kind = "recording"
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, int]] = []
+
+    def write(self, table: str, rows: Any, batch_id: int) -> bool:
+        self.written.append((table, len(rows)))
+        return bool(len(rows))
+
+
+def test_a_batch_s_timings_are_a_debug_record(caplog: pytest.LogCaptureFixture) -> None:
+    """What the engine benchmark reads (bench/engine_bench.py, ``SinkTimings``): the batch's
+    computation, then each table written, none for a table without rows."""
+    from controlplane.engine.batch import SINK_TIMINGS
+
+    sink = BatchSink("timed-test", ("decisions", "groups"), "/nowhere", "/nowhere")
+    writer = RecordingWriter()
+    sink.writer = lambda spark: writer  # type: ignore[method-assign]
+    batch = envelope.envelope_table([("decisions", {"event_id": "e", "group_id": "g"})])
+    with caplog.at_level("DEBUG", logger="controlplane.engine.batch"):
+        sink(NoWriter(batch), 4)
+    progress.take("timed-test", 4)
+    (record,) = [r for r in caplog.records if hasattr(r, SINK_TIMINGS)]
+    assert record.batch_id == 4
+    timings = getattr(record, SINK_TIMINGS)
+    assert sorted(timings) == ["compute", "decisions"]
+    assert all(isinstance(ms, int) and ms >= 0 for ms in timings.values())
+    assert writer.written == [("decisions", 1), ("groups", 0)]
+
+
 def _values(field: pa.Field) -> st.SearchStrategy[Any]:
     """Values of the field's type, and of others: what a row may carry, right or wrong."""
     wrong = st.one_of(

@@ -204,18 +204,36 @@ class BatchSink:
         return self._writer
 
     def __call__(self, frame: Any, batch_id: int) -> None:
+        started = time.perf_counter()
         arrow = frame.toArrow()
         processed_at_ms = int(time.time() * 1000)
+        timings_ms = {"compute": _ms_since(started)}
         tables, figures = split_batch(arrow, batch_id, processed_at_ms)
         written: dict[str, Any] = {}
         if tables:  # an idle batch opens no writer and writes nothing
             writer = self.writer(frame.sparkSession)
             for table in self.tables:  # a fixed order: a replayed batch skips the tables done
                 written[table] = tables.pop(table, [])
-                writer.write(table, written[table], batch_id)
+                at = time.perf_counter()
+                if writer.write(table, written[table], batch_id):
+                    timings_ms[table] = _ms_since(at)
         for table, rows in tables.items():
             log.error("batch %d: %d rows for unknown table %s dropped", batch_id, len(rows), table)
         if self.answers is not None:  # after Delta: a failure here replays the whole batch
             sent = self.answers.publish(answer_records(written))
             log.debug("batch %d: %d answers on %s", batch_id, sent, self.answers.topic)
         progress.stash(self.query, batch_id, figures)
+        log.debug(
+            "batch %d: computed in %d ms, written in %d ms",
+            batch_id,
+            timings_ms["compute"],
+            _ms_since(started) - timings_ms["compute"],
+            extra={SINK_TIMINGS: timings_ms, "batch_id": batch_id},
+        )
+
+
+SINK_TIMINGS = "sink_timings_ms"  # a debug record's attribute: the ms of a batch's steps
+
+
+def _ms_since(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
