@@ -130,6 +130,72 @@ def test_ints_widen_to_double_columns() -> None:
     assert table.column("rate_per_s").to_pylist() == [10.0]
 
 
+class CountingOpens:
+    """``deltalake.DeltaTable`` that counts the tables opened (each open replays the log)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import deltalake
+
+        self.opened: list[str] = []
+        real, opened = deltalake.DeltaTable, self.opened
+
+        class Counted(real):  # type: ignore[misc,valid-type]
+            def __init__(self, uri: Any, *args: Any, **kwargs: Any) -> None:
+                opened.append(Path(str(uri)).name)
+                super().__init__(uri, *args, **kwargs)
+
+        monkeypatch.setattr(deltalake, "DeltaTable", Counted)
+
+
+def test_a_writer_opens_each_table_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    counting = CountingOpens(monkeypatch)
+    writer = DeltaRsWriter(tmp_path, "app")
+    for batch in range(4):
+        assert writer.write("decisions", [decision(f"e{batch}", batch)], batch)
+        assert writer.write("groups", [group(f"g{batch}", "Stable")], batch)
+    assert not writer.write("decisions", [decision("e3", 3)], 3)  # a replay still skips
+    assert sorted(counting.opened) == ["decisions", "groups"]
+    assert len(rows(tmp_path / "decisions")) == 4
+    assert sorted(r["group_id"] for r in rows(tmp_path / "groups")) == ["g0", "g1", "g2", "g3"]
+
+
+def test_a_kept_table_sees_what_others_committed(tmp_path: Path) -> None:
+    writer = DeltaRsWriter(tmp_path, "app")
+    writer.write("groups", [group("g1", "Stable")], 0)
+    writer.write("groups", [group("g2", "Stable")], 1)  # now kept open
+    DeltaRsWriter(tmp_path, "other").write("groups", [group("x", "Empty")], 0)
+    DeltaTable(str(tmp_path / "groups")).optimize.compact()  # the maintenance job
+    writer.write("groups", [group("g1", "Dead", deleted=True), group("x", "Stable")], 2)
+    got = {r["group_id"]: r["group_state"] for r in rows(tmp_path / "groups")}
+    assert got == {"g2": "Stable", "x": "Stable"}
+    # the same app id in another writer (a restarted query) skips what this one wrote
+    assert not DeltaRsWriter(tmp_path, "app").write("groups", [group("g9", "Empty")], 2)
+    assert writer.committed_version("groups") == 2
+
+
+def test_a_failed_write_opens_the_table_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import deltalake
+
+    writer = DeltaRsWriter(tmp_path, "app")
+    writer.write("decisions", [decision("a", 0)], 0)
+    writer.write("decisions", [decision("b", 1)], 1)
+    real = deltalake.write_deltalake
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise OSError("the store went away")
+
+    monkeypatch.setattr(deltalake, "write_deltalake", failing)
+    with pytest.raises(OSError, match="went away"):
+        writer.write("decisions", [decision("c", 2)], 2)
+    monkeypatch.setattr(deltalake, "write_deltalake", real)
+    counting = CountingOpens(monkeypatch)
+    assert writer.write("decisions", [decision("c", 2)], 2)  # the Spark retry of the batch
+    assert counting.opened == ["decisions"]
+    assert sorted(r["event_id"] for r in rows(tmp_path / "decisions")) == ["a", "b", "c"]
+
+
 class CommitsUnderTheMerge(DeltaRsWriter):
     """Another writer commits (a row, then a compaction, as the maintenance job does) after the
     MERGE read its snapshot, ``races`` times: a real delta-rs commit conflict."""

@@ -247,34 +247,58 @@ def latest_per_group(rows: Sequence[Row] | pa.Table) -> Any:
 
 
 class DeltaRsWriter:
+    """Each table is opened once and kept: before every write its snapshot is brought up to
+    date with the commits made since (``update_incremental``: the log entries after the
+    version it holds, none when this writer made the last commit, a compaction's otherwise),
+    and the write commits on it. Opening a table replays its log from the last checkpoint
+    each time (25-60 ms for a table of 35 versions, measured), and a batch opened each of its
+    tables twice. A table whose write failed is opened again at its next write."""
+
     kind = "delta-rs"
 
     def __init__(self, tables_root: str | Path, app_id: str) -> None:
         self.root = Path(tables_root)
         self.app_id = app_id
-        self._checked: set[str] = set()
+        self._tables: dict[str, Any] = {}
 
     def path(self, table: str) -> str:
         return str(self.root / table)
 
     def committed_version(self, table: str) -> int | None:
+        delta = self._latest(table)
+        if delta is None:
+            return None
+        version: int | None = delta.transaction_version(self.app_id)
+        return version
+
+    def _latest(self, table: str) -> Any:
+        """The table's latest snapshot, or None when it does not exist yet."""
         from deltalake import DeltaTable
 
+        delta = self._tables.get(table)
+        if delta is not None:
+            delta.update_incremental()
+            return delta
         if not DeltaTable.is_deltatable(self.path(table)):
             return None
         delta = DeltaTable(self.path(table))
-        if table not in self._checked:
-            protocol = delta.protocol()
-            listed = {*(protocol.reader_features or []), *(protocol.writer_features or [])}
-            features = table_features(protocol.min_writer_version, sorted(listed))
-            check_portable(table, features, protocol.min_reader_version)
-            self._checked.add(table)
-        version: int | None = delta.transaction_version(self.app_id)
-        return version
+        protocol = delta.protocol()
+        listed = {*(protocol.reader_features or []), *(protocol.writer_features or [])}
+        features = table_features(protocol.min_writer_version, sorted(listed))
+        check_portable(table, features, protocol.min_reader_version)
+        self._tables[table] = delta
+        return delta
 
     def write(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> bool:
         if not len(rows):
             return False
+        try:
+            return self._write(table, rows, batch_id)
+        except BaseException:
+            self._tables.pop(table, None)  # opened again, from its log, at its next write
+            raise
+
+    def _write(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> bool:
         done = self.committed_version(table)
         if done is not None and batch_id <= done:
             log.info(
@@ -296,8 +320,9 @@ class DeltaRsWriter:
         from deltalake import write_deltalake
 
         self.root.mkdir(parents=True, exist_ok=True)
+        known = self._tables.get(table)  # brought up to date by write()
         write_deltalake(
-            self.path(table),
+            self.path(table) if known is None else known,
             to_arrow(table, rows),
             mode="append",
             configuration=table_properties(table),
@@ -315,16 +340,14 @@ class DeltaRsWriter:
         )
 
     def _open(self, table: str) -> Any:
-        """The table's latest snapshot (what a MERGE reads before it commits)."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.path(table))
+        """The table's latest snapshot (what a MERGE reads before it commits), or None."""
+        return self._latest(table)
 
     def _merge(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> None:
         from deltalake import DeltaTable, write_deltalake
 
         source = with_deleted(table, rows)
-        if not DeltaTable.is_deltatable(self.path(table)):
+        if table not in self._tables and not DeltaTable.is_deltatable(self.path(table)):
             self.root.mkdir(parents=True, exist_ok=True)
             live = source.filter(pa.compute.invert(source["deleted"])).drop_columns(["deleted"])
             write_deltalake(
