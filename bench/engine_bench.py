@@ -325,6 +325,8 @@ class SinkTimings(logging.Handler):
         timings = getattr(record, SINK_TIMINGS, None)
         if timings is not None:
             self.by_batch[int(getattr(record, "batch_id", -1))] = dict(timings)
+        elif record.levelno >= logging.WARNING:  # not propagated while attached: pass it on
+            logging.getLogger("controlplane.engine").handle(record)
 
     def attach(self) -> SinkTimings:
         logger = logging.getLogger("controlplane.engine.batch")

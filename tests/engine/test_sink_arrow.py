@@ -216,6 +216,7 @@ def test_a_batch_s_timings_are_a_debug_record(caplog: pytest.LogCaptureFixture) 
         sink(NoWriter(batch), 4)
     progress.take("timed-test", 4)
     (record,) = [r for r in caplog.records if hasattr(r, SINK_TIMINGS)]
+    assert record.levelname == "DEBUG"
     assert record.batch_id == 4
     timings = getattr(record, SINK_TIMINGS)
     assert sorted(timings) == ["compute", "decisions"]

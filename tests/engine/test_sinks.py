@@ -131,20 +131,21 @@ def test_ints_widen_to_double_columns() -> None:
 
 
 class CountingOpens:
-    """``deltalake.DeltaTable`` that counts the tables opened (each open replays the log)."""
+    """Counts the tables opened, by whatever name delta-rs or the writer opens them (each open
+    replays the log): ``deltalake.table.DeltaTable`` is what ``write_deltalake`` opens a path
+    with."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import deltalake
+        from deltalake.table import DeltaTable as Table
 
         self.opened: list[str] = []
-        real, opened = deltalake.DeltaTable, self.opened
+        real, opened = Table.__init__, self.opened
 
-        class Counted(real):  # type: ignore[misc,valid-type]
-            def __init__(self, uri: Any, *args: Any, **kwargs: Any) -> None:
-                opened.append(Path(str(uri)).name)
-                super().__init__(uri, *args, **kwargs)
+        def counted(table: Any, uri: Any, *args: Any, **kwargs: Any) -> None:
+            opened.append(Path(str(uri)).name)
+            real(table, uri, *args, **kwargs)
 
-        monkeypatch.setattr(deltalake, "DeltaTable", Counted)
+        monkeypatch.setattr(Table, "__init__", counted)
 
 
 def test_a_writer_opens_each_table_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,7 +155,8 @@ def test_a_writer_opens_each_table_once(tmp_path: Path, monkeypatch: pytest.Monk
         assert writer.write("decisions", [decision(f"e{batch}", batch)], batch)
         assert writer.write("groups", [group(f"g{batch}", "Stable")], batch)
     assert not writer.write("decisions", [decision("e3", 3)], 3)  # a replay still skips
-    assert sorted(counting.opened) == ["decisions", "groups"]
+    # per table: the first write looks for it (and creates it), the second opens it, no other
+    assert sorted(counting.opened) == ["decisions", "decisions", "groups", "groups"]
     assert len(rows(tmp_path / "decisions")) == 4
     assert sorted(r["group_id"] for r in rows(tmp_path / "groups")) == ["g0", "g1", "g2", "g3"]
 
@@ -168,8 +170,15 @@ def test_a_kept_table_sees_what_others_committed(tmp_path: Path) -> None:
     writer.write("groups", [group("g1", "Dead", deleted=True), group("x", "Stable")], 2)
     got = {r["group_id"]: r["group_state"] for r in rows(tmp_path / "groups")}
     assert got == {"g2": "Stable", "x": "Stable"}
-    # the same app id in another writer (a restarted query) skips what this one wrote
-    assert not DeltaRsWriter(tmp_path, "app").write("groups", [group("g9", "Empty")], 2)
+    # the same app id in another writer (a restarted query) skips what this one wrote, and
+    # this one, kept open, skips what that one wrote
+    restarted = DeltaRsWriter(tmp_path, "app")
+    assert not restarted.write("groups", [group("g9", "Empty")], 2)
+    assert writer.write("decisions", [decision("d1", 1)], 1)
+    assert writer.write("decisions", [decision("d2", 2)], 2)  # now kept open
+    assert restarted.write("decisions", [decision("d3", 3)], 3)
+    assert not writer.write("decisions", [decision("d3", 3)], 3)
+    assert sorted(r["batch_id"] for r in rows(tmp_path / "decisions")) == [1, 2, 3]
     assert writer.committed_version("groups") == 2
 
 

@@ -224,7 +224,7 @@ class BatchSink:
             log.debug("batch %d: %d answers on %s", batch_id, sent, self.answers.topic)
         progress.stash(self.query, batch_id, figures)
         log.debug(
-            "batch %d: computed in %d ms, written in %d ms",
+            "batch %d: computed in %d ms, then written and published in %d ms",
             batch_id,
             timings_ms["compute"],
             _ms_since(started) - timings_ms["compute"],
