@@ -1,0 +1,117 @@
+"""What a big per-key state costs a micro-batch: the state's round trip from the state store
+to the Python worker and back, apart from any work on it. Prints figures; asserts nothing.
+
+    PYTHONPATH= .venv/bin/python bench/state_roundtrip_bench.py [--sizes 100,160000]
+        [--seconds 45] [--rounds 2]
+
+64 keys (the engine's default shard count), each called in every batch with about two rows
+from Spark's rate source (128 rows a second, a 1-second trigger), on the engine's local
+session (RocksDB with changelog checkpointing, two shuffle partitions). The function reads its
+key's state, a blob of ``size`` random bytes, and replaces it with a new blob of the same size
+(the old one rotated by a byte); it does nothing else. The sizes alternate, ``--rounds``
+times; per run the median ``addBatch`` and batch duration of the loaded batches after the
+first eight. 160,000 bytes a key is the
+engine's shard state at 34,000 groups (about 300 bytes a group, docs/benchmarks/engine.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
+
+KEYS = 64
+WARM_BATCHES = 8
+
+
+def keeps_a_blob(size: int) -> Callable[..., Iterator[Any]]:
+    """The state function: one output row per call, the state replaced by a blob of ``size``."""
+
+    def function(key: tuple[str], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        rows = sum(len(frame) for frame in frames)
+        blob = state.get[0] if state.exists else os.urandom(size)  # no compression helps
+        state.update((blob[1:] + blob[:1],))
+        yield pd.DataFrame({"key": [key[0]], "rows": [rows]})
+
+    return function
+
+
+def run(spark: Any, size: int, seconds: int, checkpoint: Path) -> tuple[float, float, int]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    source = spark.readStream.format("rate").option("rowsPerSecond", 2 * KEYS).load()
+    keyed = source.select((F.col("value") % KEYS).cast("string").alias("key"), "value")
+    out = keyed.groupBy("key").applyInPandasWithState(
+        keeps_a_blob(size),
+        "key string, rows long",
+        "blob binary",
+        "append",
+        GroupStateTimeout.NoTimeout,
+    )
+    query = (
+        out.writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    try:
+        time.sleep(seconds)
+        loaded = [p for p in query.recentProgress if p["numInputRows"]][WARM_BATCHES:]
+    finally:
+        query.stop()
+    if not loaded:
+        raise RuntimeError(f"no loaded batch after the first {WARM_BATCHES} in {seconds} s")
+    add = statistics.median(p["durationMs"].get("addBatch", 0) for p in loaded)
+    total = statistics.median(p["durationMs"].get("triggerExecution", 0) for p in loaded)
+    return add, total, len(loaded)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100,160000", help="state bytes a key, alternated")
+    parser.add_argument("--seconds", type=int, default=45, help="each run")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+    if args.seconds < 15 or args.rounds < 1 or any(size < 1 for size in sizes):
+        parser.error("--seconds at least 15, --rounds at least 1, sizes at least 1 byte")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]
+    )
+    from controlplane.engine.session import build_local_session
+
+    spark = build_local_session("state-roundtrip-bench", shuffle_partitions=2)
+    work = Path(tempfile.mkdtemp(prefix="state-roundtrip-"))
+    try:
+        for round_number in range(1, args.rounds + 1):
+            for size in sizes:
+                add, total, batches = run(
+                    spark, size, args.seconds, work / f"{size}-{round_number}"
+                )
+                print(
+                    f"round {round_number}: {size} bytes a key ({size * KEYS / 1e6:.1f} MB in all):"
+                    f" addBatch median {add:.0f} ms, batch median {total:.0f} ms"
+                    f" ({batches} batches)",
+                    flush=True,
+                )
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
