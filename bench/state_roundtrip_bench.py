@@ -10,8 +10,9 @@ session (RocksDB with changelog checkpointing, two shuffle partitions). The func
 key's state, a blob of ``size`` random bytes, and replaces it with a new blob of the same size
 (the old one rotated by a byte); it does nothing else. The sizes alternate, ``--rounds``
 times; per run the median ``addBatch`` and batch duration of the loaded batches after the
-first eight. 160,000 bytes a key is the
-engine's shard state at 34,000 groups (about 300 bytes a group, docs/benchmarks/engine.md).
+first eight. The engine's shard state at 34,000 groups is about 200,000 bytes a key after
+two minutes and 381,000 once every group's idempotence window is full (717 bytes a group,
+docs/benchmarks/engine.md).
 """
 
 from __future__ import annotations
