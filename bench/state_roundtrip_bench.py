@@ -2,7 +2,7 @@
 to the Python worker and back, apart from any work on it. Prints figures; asserts nothing.
 
     PYTHONPATH= .venv/bin/python bench/state_roundtrip_bench.py [--sizes 100,160000]
-        [--seconds 45] [--rounds 2]
+        [--seconds 45] [--rounds 2] [--conf KEY=VALUE ...]
 
 64 keys (the engine's default shard count), each called in every batch with about two rows
 from Spark's rate source (128 rows a second, a 1-second trigger), on the engine's local
@@ -85,7 +85,17 @@ def main() -> int:
     parser.add_argument("--sizes", default="100,160000", help="state bytes a key, alternated")
     parser.add_argument("--seconds", type=int, default=45, help="each run")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a session setting over the engine's (e.g. another state store provider)",
+    )
     args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.conf if "=" in item)
+    if len(extra) != len(args.conf):
+        parser.error("--conf takes KEY=VALUE")
     sizes = [int(size) for size in args.sizes.split(",")]
     if args.seconds < 15 or args.rounds < 1 or any(size < 1 for size in sizes):
         parser.error("--seconds at least 15, --rounds at least 1, sizes at least 1 byte")
@@ -94,7 +104,7 @@ def main() -> int:
     )
     from controlplane.engine.session import build_local_session
 
-    spark = build_local_session("state-roundtrip-bench", shuffle_partitions=2)
+    spark = build_local_session("state-roundtrip-bench", shuffle_partitions=2, extra_conf=extra)
     work = Path(tempfile.mkdtemp(prefix="state-roundtrip-"))
     try:
         for round_number in range(1, args.rounds + 1):
