@@ -73,6 +73,9 @@ def run(spark: Any, size: int, seconds: int, checkpoint: Path) -> tuple[float, f
         loaded = [p for p in query.recentProgress if p["numInputRows"]][WARM_BATCHES:]
     finally:
         query.stop()
+    failure = query.exception()
+    if failure is not None:  # the query's own error, not "no batch"
+        raise RuntimeError(f"the query failed: {failure}")
     if not loaded:
         raise RuntimeError(f"no loaded batch after the first {WARM_BATCHES} in {seconds} s")
     add = statistics.median(p["durationMs"].get("addBatch", 0) for p in loaded)
@@ -93,10 +96,18 @@ def main() -> int:
         help="a session setting over the engine's (e.g. another state store provider)",
     )
     args = parser.parse_args()
-    extra = dict(item.split("=", 1) for item in args.conf if "=" in item)
-    if len(extra) != len(args.conf):
-        parser.error("--conf takes KEY=VALUE")
-    sizes = [int(size) for size in args.sizes.split(",")]
+    extra: dict[str, str] = {}
+    for item in args.conf:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            parser.error(f"--conf takes KEY=VALUE, not {item!r}")
+        if key in extra:
+            parser.error(f"--conf sets {key} twice")
+        extra[key] = value
+    try:
+        sizes = [int(size) for size in args.sizes.split(",")]
+    except ValueError:
+        parser.error(f"--sizes takes whole numbers of bytes, comma-separated, not {args.sizes!r}")
     if args.seconds < 15 or args.rounds < 1 or any(size < 1 for size in sizes):
         parser.error("--seconds at least 15, --rounds at least 1, sizes at least 1 byte")
     os.environ["PYTHONPATH"] = os.pathsep.join(
