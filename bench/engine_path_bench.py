@@ -153,14 +153,14 @@ def keyed_batches(slots: list[list[dict[str, Any]]], shards: int) -> list[Batch]
 
 def state_function() -> Any:
     from controlplane.core.config import parse_settings
-    from controlplane.engine.adapter import StateFunction
+    from controlplane.engine.adapter import StateFormat, StateFunction
     from controlplane.engine.options import EngineOptions, TimeMode
     from controlplane.engine.queries import CoordinatorRunners
     from controlplane.engine.reload import SettingsSource
 
     settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
     runners = CoordinatorRunners(SettingsSource(None, settings), EngineOptions().failover_gap_ms)
-    return StateFunction(runners, TimeMode.PROCESSING_TIME)
+    return StateFunction(runners, TimeMode.PROCESSING_TIME, StateFormat.TEXT)  # a new checkpoint's
 
 
 class Clock:

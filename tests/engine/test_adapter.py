@@ -348,3 +348,47 @@ def test_a_worker_freezes_what_it_holds_at_its_first_call_once_per_process() -> 
         assert gc.get_freeze_count() >= first + len(kept)
     finally:
         gc.unfreeze()
+
+
+def test_the_text_format_keeps_the_cores_bytes_as_base64_and_reads_both_formats() -> None:
+    import base64
+
+    from controlplane.engine.adapter import StateFormat
+
+    text = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME, StateFormat.TEXT)
+    state = FakeGroupState(batch_time_ms=0)
+    text.call(iter([frame({"raw": line("a")})]), state)
+    written = state.value[2]
+    assert isinstance(written, str)
+    core_bytes = base64.b64decode(written, validate=True)
+    # a state written as bytes (a checkpoint from before) is read the same, and written as text
+    binary = FakeGroupState(batch_time_ms=0, value=(STATE_VERSION, state.value[1], core_bytes))
+    text.call(iter([frame({"raw": line("b")})]), binary)
+    text.call(iter([frame({"raw": line("b")})]), state)
+    assert binary.value == state.value
+    assert isinstance(binary.value[2], str)
+    # and the binary format writes bytes, whichever format it read
+    again = FakeGroupState(batch_time_ms=0, value=state.value)
+    function().call(iter([frame({"raw": line("c")})]), again)
+    assert isinstance(again.value[2], bytes)
+
+
+def test_a_failing_core_keeps_the_state_in_the_querys_format() -> None:
+    from controlplane.engine.adapter import StateFormat
+
+    class Broken:
+        def run(self, state: bytes | None, events: Any, tick_ms: int | None) -> Any:
+            raise RuntimeError("boom")
+
+    state = FakeGroupState(batch_time_ms=0, value=(STATE_VERSION, 500, "b2xk"))  # b"old"
+    StateFunction(Broken, TimeMode.PROCESSING_TIME, StateFormat.TEXT).call(
+        iter([frame({"raw": line("a")})]), state
+    )
+    assert state.value == (STATE_VERSION, 500, "b2xk")
+
+
+@pytest.mark.parametrize("blob", ["not base64!", "b2xk=", "b2x"])
+def test_a_text_state_that_is_not_base64_is_refused_clearly(blob: str) -> None:
+    state = FakeGroupState(batch_time_ms=0, value=(STATE_VERSION, -1, blob))
+    with pytest.raises(ValueError, match="state blob is not base64 text"):
+        function().call(iter([frame({"raw": line("a")})]), state)

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 from controlplane.core.config import parse_settings
+from controlplane.engine import queries
+from controlplane.engine.adapter import StateFormat
+from controlplane.engine.checkpoints import state_format_from_spark, state_format_of
 from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_coordinator_query
 from controlplane.io import sinks
@@ -273,3 +276,42 @@ def test_a_checkpoint_keeps_its_state_partitions_when_the_setting_changes(
     last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     metadata = json.loads(last.read_text().splitlines()[1])  # the batch the restart ran last
     assert metadata["conf"]["spark.sql.shuffle.partitions"] == "4"
+
+
+def formats(spark: Any, checkpoint: str) -> tuple[StateFormat, StateFormat]:
+    """The checkpoint's state format, read from its schema file and through Spark."""
+    return state_format_of(spark, checkpoint), state_format_from_spark(spark, checkpoint)
+
+
+def test_a_checkpoint_keeps_the_state_format_it_was_started_with(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint written before the state's text format (its blob a ``binary``) restarts
+    with that format and its groups; a new one is started with the text format."""
+    options = options_for(tmp_path)
+    tables, landing = Path(options.tables_root), tmp_path / "landing"
+    checkpoint = options.checkpoint("coordinator")
+    text, binary = (StateFormat.TEXT,) * 2, (StateFormat.BINARY,) * 2
+    assert formats(spark, checkpoint) == text  # nothing there yet
+    with monkeypatch.context() as before:  # the build before: bytes in a binary
+        before.setattr(queries, "state_format_of", lambda _spark, _path: StateFormat.BINARY)
+        query = start(spark, options)
+        try:
+            member = stable_member(tables, landing, query, "older", 60_000)
+        finally:
+            query.stop()
+    assert formats(spark, checkpoint) == binary
+    query = start(spark, options)
+    try:
+        drop_events(landing, [request("heartbeat", "older-h1", "older", member, 1)])
+        assert decision(tables, "older-h1", query)["error"] == "NONE"  # the member is known
+    finally:
+        query.stop()
+    assert formats(spark, checkpoint) == binary
+    fresh = options_for(tmp_path / "fresh")
+    query = start(spark, fresh)
+    try:
+        warm_up(Path(fresh.tables_root), tmp_path / "fresh" / "landing", query)
+    finally:
+        query.stop()
+    assert formats(spark, fresh.checkpoint("coordinator")) == text

@@ -22,6 +22,8 @@ as JSON texts: the per-row form the tests compare against.
 
 from __future__ import annotations
 
+import binascii
+import enum
 import gc
 import json
 import logging
@@ -31,6 +33,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import pybase64
 
 from controlplane.core.jsonwire import INT64_MAX, decode_event_text, long_or_none
 from controlplane.core.runtime import Runner, RunResult, TimedEvent, make_timed_event
@@ -46,6 +50,21 @@ CENTURY_MS = 100 * 365 * 86_400_000
 REJECTED_TABLE = "rejected_events"
 
 
+class StateFormat(enum.Enum):
+    """How a key's state keeps the core's bytes: the Spark type of the state's ``blob``
+    (engine.schemas), fixed by the checkpoint's state schema (engine.checkpoints).
+
+    ``TEXT`` is the bytes' base64 text, in a ``string``. Spark hands a ``binary`` state to
+    Python through its pickler a byte at a time, as a Latin-1 string that is encoded to UTF-8
+    in the JVM and decoded again in the worker; an ASCII string is copied at each step, and
+    the base64 text costs less than that detour on both sides (docs/benchmarks/engine.md,
+    issue 14, seventh session). ``BINARY`` is the bytes themselves, the format of
+    checkpoints written before; such a checkpoint keeps it."""
+
+    BINARY = "binary"
+    TEXT = "text"
+
+
 @dataclass(frozen=True, slots=True)
 class KeyState:
     deadline_ms: int | None
@@ -53,13 +72,33 @@ class KeyState:
 
 
 def decode_state(state: Any) -> KeyState:
+    """The key's stored state, its bytes read from either format (bytes, or base64 text);
+    ValueError for a state this build cannot read."""
     if not state.exists:
         return KeyState(None, None)
     version, deadline_ms, blob = state.get
     if version != STATE_VERSION:
         raise ValueError(f"state envelope version {version} is not supported ({STATE_VERSION})")
     deadline = None if deadline_ms is None or deadline_ms == NO_DEADLINE else int(deadline_ms)
-    return KeyState(deadline, None if blob is None else bytes(blob))
+    return KeyState(deadline, _blob_bytes(blob))
+
+
+def _blob_bytes(blob: Any) -> bytes | None:
+    if blob is None:
+        return None
+    if isinstance(blob, str):
+        try:
+            return pybase64.b64decode(blob, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"state blob is not base64 text: {exc}") from None
+    return bytes(blob)
+
+
+def encode_blob(blob: bytes | None, state_format: StateFormat) -> bytes | str | None:
+    """The core's bytes as the state keeps them in ``state_format``."""
+    if blob is None or state_format is StateFormat.BINARY:
+        return blob
+    return pybase64.b64encode(blob).decode("ascii")
 
 
 InputRow = tuple[Any, Any, Any, Any, int | None, int | None]
@@ -198,11 +237,19 @@ class CallFigures:
 
 
 class StateFunction:
-    """Picklable callable for ``applyInPandasWithState``; ``runner_factory`` runs in workers."""
+    """Picklable callable for ``applyInPandasWithState``; ``runner_factory`` runs in workers.
+    ``state_format`` is the one of the state schema the query is started with; a state of
+    either format is read."""
 
-    def __init__(self, runner_factory: Callable[[], Runner], mode: TimeMode) -> None:
+    def __init__(
+        self,
+        runner_factory: Callable[[], Runner],
+        mode: TimeMode,
+        state_format: StateFormat = StateFormat.BINARY,
+    ) -> None:
         self.runner_factory = runner_factory
         self.mode = mode
+        self.state_format = state_format
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
@@ -279,7 +326,8 @@ class StateFunction:
         if result.state is None and deadline is None:
             state.remove()
             return
-        state.update((STATE_VERSION, NO_DEADLINE if deadline is None else deadline, result.state))
+        blob = encode_blob(result.state, self.state_format)
+        state.update((STATE_VERSION, NO_DEADLINE if deadline is None else deadline, blob))
         if deadline is None:
             return  # update() alone clears the Spark timeout: the key has no timer
         if self.mode is TimeMode.EVENT_TIME:

@@ -17,8 +17,9 @@ from typing import Any, Final
 
 from controlplane.core.config import ConfigError, Settings
 from controlplane.core.runtime import Runner
-from controlplane.engine.adapter import StateFunction
+from controlplane.engine.adapter import StateFormat, StateFunction
 from controlplane.engine.batch import BatchSink
+from controlplane.engine.checkpoints import state_format_of
 from controlplane.engine.keying import spark_key_column, spark_key_of
 from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_engine_options
 from controlplane.engine.progress import (
@@ -28,7 +29,7 @@ from controlplane.engine.progress import (
     make_listener,
 )
 from controlplane.engine.reload import SettingsSource
-from controlplane.engine.schemas import ENVELOPE, KEYED_INPUT, STATE
+from controlplane.engine.schemas import ENVELOPE, KEYED_INPUT, STATE, STATE_TEXT
 from controlplane.engine.secrets import SecretLookup, databricks_lookup, resolve_mapping
 from controlplane.io.archive import LandingArchiver
 from controlplane.io.kafka_clients import (
@@ -204,7 +205,9 @@ def _stateful(frame: Any, function: StateFunction, options: EngineOptions) -> An
         if options.mode is TimeMode.EVENT_TIME
         else GroupStateTimeout.ProcessingTimeTimeout
     )
-    return frame.groupBy("key").applyInPandasWithState(function, ENVELOPE, STATE, "append", timeout)
+    schema = STATE_TEXT if function.state_format is StateFormat.TEXT else STATE
+    grouped = frame.groupBy("key")
+    return grouped.applyInPandasWithState(function, ENVELOPE, schema, "append", timeout)
 
 
 def _writer(
@@ -334,9 +337,11 @@ def build_query(
             "principal",
             "reject_reason",
         )
-    state = _stateful(_with_time(keyed, options), StateFunction(runners, options.mode), options)
+    state_format = state_format_of(spark, options.checkpoint(name))
+    function = StateFunction(runners, options.mode, state_format)
+    state = _stateful(_with_time(keyed, options), function, options)
     log.info(
-        "%s query: %s source %s%s, %s keying (%d shards), %s, checkpoint %s",
+        "%s query: %s source %s%s, %s keying (%d shards), %s, checkpoint %s (state as %s)",
         name,
         source.format,
         source.path,
@@ -345,6 +350,7 @@ def build_query(
         options.shards,
         options.mode,
         options.checkpoint(name),
+        state_format.value,
     )
     return _writer(state, name, tables, options, trigger_of(options, available_now), answers)
 

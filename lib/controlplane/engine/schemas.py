@@ -28,5 +28,8 @@ KEYED_INPUT: Final = struct_of(
 # One output row per table per call: the table name and the call's rows of it as one Arrow
 # IPC stream (engine.envelope).
 ENVELOPE: Final = struct_of(("table", S), ("rows", BinaryType()))
-# The state of one key: our envelope version, the key's next deadline, the core's bytes.
+# The state of one key: our envelope version, the key's next deadline, the core's bytes, as
+# base64 text (STATE_TEXT, new checkpoints) or as bytes (STATE, checkpoints written before):
+# engine.adapter.StateFormat.
 STATE: Final = struct_of(("version", I), ("deadline_ms", L), ("blob", BinaryType()))
+STATE_TEXT: Final = struct_of(("version", I), ("deadline_ms", L), ("blob", S))
