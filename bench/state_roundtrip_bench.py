@@ -2,22 +2,27 @@
 to the Python worker and back, apart from any work on it. Prints figures; asserts nothing.
 
     PYTHONPATH= .venv/bin/python bench/state_roundtrip_bench.py [--sizes 100,160000]
-        [--seconds 45] [--rounds 2] [--conf KEY=VALUE ...]
+        [--encodings binary,text] [--keys 64] [--seconds 45] [--rounds 2]
+        [--conf KEY=VALUE ...]
 
-64 keys (the engine's default shard count), each called in every batch with about two rows
-from Spark's rate source (128 rows a second, a 1-second trigger), on the engine's local
-session (RocksDB with changelog checkpointing, two shuffle partitions). The function reads its
-key's state, a blob of ``size`` random bytes, and replaces it with a new blob of the same size
-(the old one rotated by a byte); it does nothing else. The sizes alternate, ``--rounds``
-times; per run the median ``addBatch`` and batch duration of the loaded batches after the
-first eight. The engine's shard state at 34,000 groups is about 200,000 bytes a key after
-two minutes and 381,000 once every group's idempotence window is full (717 bytes a group,
+64 keys (the engine's default shard count; ``--keys``), each called in every batch with about
+two rows from Spark's rate source (128 rows a second, a 1-second trigger), on the engine's
+local session (RocksDB with changelog checkpointing, two shuffle partitions). The function
+reads its key's state, a blob of ``size`` random bytes, and replaces it with a new blob of the
+same size (the old one rotated by a byte); it does nothing else. The blob is kept as the
+engine keeps its state's (``--encodings``: bytes in a ``binary``, or base64 text in a
+``string``, engine.adapter.StateFormat). The sizes, key counts and encodings alternate,
+``--rounds`` times; per run the median ``addBatch`` and batch duration of the loaded batches
+after the first eight, and the CPU the JVM and the Python workers used after the run's first
+third. The engine's shard state at 34,000 groups is about 200,000 bytes a key after two
+minutes and 381,000 once every group's idempotence window is full (717 bytes a group,
 docs/benchmarks/engine.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -30,35 +35,51 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
+sys.path.insert(0, str(ROOT / "bench"))
 
-KEYS = 64
+from cpu_meter import CpuMeter, describe  # noqa: E402
+
+KEYS = 64  # the engine's default shard count
+ROWS_PER_SECOND = 2 * KEYS
 WARM_BATCHES = 8
 
 
-def keeps_a_blob(size: int) -> Callable[..., Iterator[Any]]:
-    """The state function: one output row per call, the state replaced by a blob of ``size``."""
+ENCODINGS = ("binary", "text")
+"""How the blob is kept: the engine's state formats (engine.adapter.StateFormat), a Spark
+``binary`` or its base64 text in a ``string``."""
+
+
+def keeps_a_blob(size: int, encoding: str = "binary") -> Callable[..., Iterator[Any]]:
+    """The state function: one output row per call, the state replaced by a blob of ``size``,
+    read and written as the engine reads and writes its state's blob."""
+    from controlplane.engine.adapter import StateFormat, _blob_bytes, encode_blob
+
+    state_format = StateFormat(encoding)
 
     def function(key: tuple[str], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
         rows = sum(len(frame) for frame in frames)
-        blob = state.get[0] if state.exists else os.urandom(size)  # no compression helps
-        state.update((blob[1:] + blob[:1],))
+        blob = _blob_bytes(state.get[0]) if state.exists else os.urandom(size)  # incompressible
+        assert blob is not None
+        state.update((encode_blob(blob[1:] + blob[:1], state_format),))
         yield pd.DataFrame({"key": [key[0]], "rows": [rows]})
 
     return function
 
 
-def run(spark: Any, size: int, seconds: int, checkpoint: Path) -> tuple[float, float, int]:
+def run(
+    spark: Any, size: int, encoding: str, keys: int, seconds: int, checkpoint: Path
+) -> tuple[float, float, int, dict[str, float] | None]:
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    source = spark.readStream.format("rate").option("rowsPerSecond", 2 * KEYS).load()
-    keyed = source.select((F.col("value") % KEYS).cast("string").alias("key"), "value")
+    source = spark.readStream.format("rate").option("rowsPerSecond", ROWS_PER_SECOND).load()
+    keyed = source.select((F.col("value") % keys).cast("string").alias("key"), "value")
     out = keyed.groupBy("key").applyInPandasWithState(
-        keeps_a_blob(size),
+        keeps_a_blob(size, encoding),
         "key string, rows long",
-        "blob binary",
+        "blob binary" if encoding == "binary" else "blob string",
         "append",
         GroupStateTimeout.NoTimeout,
     )
@@ -69,7 +90,10 @@ def run(spark: Any, size: int, seconds: int, checkpoint: Path) -> tuple[float, f
         .start()
     )
     try:
-        time.sleep(seconds)
+        time.sleep(seconds / 3)  # the CPU of the batches after the first third
+        meter = CpuMeter.start(spark)
+        time.sleep(seconds - seconds / 3)
+        cores = None if meter is None else meter.stop()
         loaded = [p for p in query.recentProgress if p["numInputRows"]][WARM_BATCHES:]
     finally:
         query.stop()
@@ -80,12 +104,30 @@ def run(spark: Any, size: int, seconds: int, checkpoint: Path) -> tuple[float, f
         raise RuntimeError(f"no loaded batch after the first {WARM_BATCHES} in {seconds} s")
     add = statistics.median(p["durationMs"].get("addBatch", 0) for p in loaded)
     total = statistics.median(p["durationMs"].get("triggerExecution", 0) for p in loaded)
-    return add, total, len(loaded)
+    return add, total, len(loaded), cores
 
 
-def main() -> int:
+def numbers(parser: argparse.ArgumentParser, option: str, text: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",")]
+    except ValueError:
+        parser.error(f"{option} takes whole numbers, comma-separated, not {text!r}")
+
+
+def parse_args() -> tuple[argparse.Namespace, dict[str, str]]:
+    """The arguments, with --sizes, --keys and --encodings as lists, and the --conf settings."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100,160000", help="state bytes a key, alternated")
+    parser.add_argument(
+        "--encodings",
+        default="binary",
+        help=f"how the blob is kept, alternated within each size: {', '.join(ENCODINGS)}",
+    )
+    parser.add_argument(
+        "--keys",
+        default=str(KEYS),
+        help=f"keys called every batch, alternated ({ROWS_PER_SECOND} rows a second in all)",
+    )
     parser.add_argument("--seconds", type=int, default=45, help="each run")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
@@ -104,12 +146,21 @@ def main() -> int:
         if key in extra:
             parser.error(f"--conf sets {key} twice")
         extra[key] = value
-    try:
-        sizes = [int(size) for size in args.sizes.split(",")]
-    except ValueError:
-        parser.error(f"--sizes takes whole numbers of bytes, comma-separated, not {args.sizes!r}")
-    if args.seconds < 15 or args.rounds < 1 or any(size < 1 for size in sizes):
+    args.sizes = numbers(parser, "--sizes", args.sizes)
+    args.keys = numbers(parser, "--keys", args.keys)
+    if any(not 1 <= keys <= ROWS_PER_SECOND for keys in args.keys):
+        parser.error(f"--keys between 1 and {ROWS_PER_SECOND} (each key gets a row a second)")
+    args.encodings = args.encodings.split(",")
+    unknown = [name for name in args.encodings if name not in ENCODINGS]
+    if unknown:
+        parser.error(f"--encodings takes {', '.join(ENCODINGS)}, not {', '.join(unknown)}")
+    if args.seconds < 15 or args.rounds < 1 or any(size < 1 for size in args.sizes):
         parser.error("--seconds at least 15, --rounds at least 1, sizes at least 1 byte")
+    return args, extra
+
+
+def main() -> int:
+    args, extra = parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]
     )
@@ -119,16 +170,24 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="state-roundtrip-"))
     try:
         for round_number in range(1, args.rounds + 1):
-            for size in sizes:
-                add, total, batches = run(
-                    spark, size, args.seconds, work / f"{size}-{round_number}"
+            for size, keys, encoding in itertools.product(args.sizes, args.keys, args.encodings):
+                add, total, batches, cores = run(
+                    spark,
+                    size,
+                    encoding,
+                    keys,
+                    args.seconds,
+                    work / f"{size}-{encoding}-{keys}-{round_number}",
                 )
                 print(
-                    f"round {round_number}: {size} bytes a key ({size * KEYS / 1e6:.1f} MB in all):"
+                    f"round {round_number}: {keys} keys, {size} bytes a key"
+                    f" ({size * keys / 1e6:.1f} MB in all) as {encoding}:"
                     f" addBatch median {add:.0f} ms, batch median {total:.0f} ms"
                     f" ({batches} batches)",
                     flush=True,
                 )
+                if cores is not None:
+                    print(f"  {describe(cores)}", flush=True)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

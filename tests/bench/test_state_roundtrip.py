@@ -27,3 +27,17 @@ def test_each_call_replaces_the_state_with_a_new_blob_of_the_size() -> None:
     list(function(("k7",), iter([pd.DataFrame({"value": [4]})]), state))
     assert len(state.value[0]) == 1000
     assert state.value[0] != first
+
+
+def test_the_text_encoding_keeps_the_blob_as_the_engines_base64_text() -> None:
+    import base64
+
+    function = state_roundtrip_bench.keeps_a_blob(999, "text")
+    state = FakeGroupState(timeout="NoTimeout")
+    list(function(("k1",), iter([pd.DataFrame({"value": [1]})]), state))
+    first = state.value[0]
+    assert isinstance(first, str)
+    assert len(base64.b64decode(first, validate=True)) == 999
+    list(function(("k1",), iter([pd.DataFrame({"value": [2]})]), state))
+    second = base64.b64decode(state.value[0], validate=True)
+    assert second == base64.b64decode(first)[1:] + base64.b64decode(first)[:1]
