@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from controlplane.engine.adapter import METRICS_TABLE, STATE_VERSION, StateFunction
+from controlplane.engine.adapter import METRICS_TABLE, STATE_VERSION, StateFormat, StateFunction
 from controlplane.engine.options import TimeMode
 from engine.fakes import CountingRunner, FakeGroupState
 
@@ -237,7 +237,7 @@ def test_a_failing_core_keeps_the_state_and_rejects_the_events_with_the_reason()
 
     state = FakeGroupState(batch_time_ms=0, value=(STATE_VERSION, 500, b"old"))
     out = tables(
-        StateFunction(Broken, TimeMode.PROCESSING_TIME).call(
+        StateFunction(Broken, TimeMode.PROCESSING_TIME, StateFormat.BINARY).call(
             iter([frame({"raw": line("a")})]), state
         )
     )
@@ -353,8 +353,6 @@ def test_a_worker_freezes_what_it_holds_at_its_first_call_once_per_process() -> 
 def test_the_text_format_keeps_the_cores_bytes_as_base64_and_reads_both_formats() -> None:
     import base64
 
-    from controlplane.engine.adapter import StateFormat
-
     text = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME, StateFormat.TEXT)
     state = FakeGroupState(batch_time_ms=0)
     text.call(iter([frame({"raw": line("a")})]), state)
@@ -369,13 +367,12 @@ def test_the_text_format_keeps_the_cores_bytes_as_base64_and_reads_both_formats(
     assert isinstance(binary.value[2], str)
     # and the binary format writes bytes, whichever format it read
     again = FakeGroupState(batch_time_ms=0, value=state.value)
-    function().call(iter([frame({"raw": line("c")})]), again)
+    binary_function = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME, StateFormat.BINARY)
+    binary_function.call(iter([frame({"raw": line("c")})]), again)
     assert isinstance(again.value[2], bytes)
 
 
 def test_a_failing_core_keeps_the_state_in_the_querys_format() -> None:
-    from controlplane.engine.adapter import StateFormat
-
     class Broken:
         def run(self, state: bytes | None, events: Any, tick_ms: int | None) -> Any:
             raise RuntimeError("boom")

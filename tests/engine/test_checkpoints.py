@@ -14,7 +14,9 @@ import pytest
 from controlplane.core.config import ConfigError
 from controlplane.engine.adapter import StateFormat
 from controlplane.engine.checkpoints import blob_type_name, state_format_of
-from controlplane.io.checkpoint import STATE_SCHEMA_FILE
+
+# where Spark keeps the state schema of operator 0 (io.checkpoint), relative to the checkpoint
+STATE_SCHEMA_FILE = ("state", "0", "0", "_metadata", "schema")
 
 REMOTE = "s3://bucket/checkpoints/coordinator"
 
@@ -131,10 +133,27 @@ def test_a_local_checkpoint_is_read_from_its_schema_file(
     assert state_format_of(NoSpark(), (tmp_path / "coordinator").as_uri()) is expected
 
 
-def test_a_local_checkpoint_without_a_schema_file_gets_the_text_format(tmp_path: Path) -> None:
+def test_a_local_checkpoint_without_a_schema_file_or_a_commit_gets_the_text_format(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "new").mkdir()
     assert state_format_of(NoSpark(), str(tmp_path / "new")) is StateFormat.TEXT
-    (tmp_path / "started" / "offsets").mkdir(parents=True)  # planned, no state schema yet
+    (tmp_path / "started" / "offsets").mkdir(parents=True)  # started, no batch planned yet
+    (tmp_path / "started" / "commits").mkdir()
     assert state_format_of(NoSpark(), str(tmp_path / "started")) is StateFormat.TEXT
+
+
+def test_what_this_machine_cannot_tell_is_asked_of_spark(tmp_path: Path) -> None:
+    """A plain path that is not here may be on Spark's default file system (Databricks), and
+    a checkpoint with a committed batch but no schema file here is not what this reads."""
+    binary = Session(reader_schema("binary"))
+    assert state_format_of(binary, str(tmp_path / "elsewhere")) is StateFormat.BINARY
+    committed = tmp_path / "committed"
+    (committed / "commits").mkdir(parents=True)
+    (committed / "commits" / "0").write_text("v1\n{}")
+    assert state_format_of(binary, str(committed)) is StateFormat.BINARY
+    with pytest.raises(ConfigError, match="cannot be read"):  # NoSpark refuses: it was asked
+        state_format_of(NoSpark(), str(committed))
 
 
 def test_a_local_checkpoint_whose_state_is_not_the_engines_is_a_config_error(

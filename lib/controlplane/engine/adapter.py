@@ -238,14 +238,14 @@ class CallFigures:
 
 class StateFunction:
     """Picklable callable for ``applyInPandasWithState``; ``runner_factory`` runs in workers.
-    ``state_format`` is the one of the state schema the query is started with; a state of
-    either format is read."""
+    ``state_format`` is the one of the state schema the query is started with (a new
+    checkpoint's by default); a state of either format is read."""
 
     def __init__(
         self,
         runner_factory: Callable[[], Runner],
         mode: TimeMode,
-        state_format: StateFormat = StateFormat.BINARY,
+        state_format: StateFormat = StateFormat.TEXT,
     ) -> None:
         self.runner_factory = runner_factory
         self.mode = mode

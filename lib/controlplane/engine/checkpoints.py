@@ -4,9 +4,9 @@ A stateful query's state schema is fixed in its checkpoint: Spark refuses to res
 another. The key's state keeps the core's bytes in one of two formats
 (``engine.adapter.StateFormat``): a new checkpoint gets ``TEXT``, and a checkpoint written
 before keeps the ``BINARY`` it was started with. Which one a checkpoint holds is read from its
-state schema: for a local checkpoint from the schema file Spark keeps in it (io.checkpoint,
-a few milliseconds), else with Spark's state data source (``statestore``, Spark 4.0 and
-later), which reads any file system Spark reads, on Databricks too, and takes 1-2 s in a
+state schema: for a checkpoint on this machine from the schema file Spark keeps in it
+(io.checkpoint, one small file), else with Spark's state data source (``statestore``, Spark 4.0
+and later), which reads any file system Spark reads, on Databricks too, and takes 1-2 s in a
 fresh session.
 """
 
@@ -19,8 +19,11 @@ from controlplane.engine.adapter import StateFormat
 from controlplane.io.checkpoint import local_state_schema
 
 # Spark's error when the checkpoint has no committed batch: a new query, or one stopped before
-# its first batch ended (the state schema is then written again when it starts).
+# its first batch ended (whose schema file, if its first batch was planned, Spark checks at the
+# next start: the data source cannot see it, a local checkpoint's file can).
 NO_COMMITTED_BATCH: Final = "STDS_COMMITTED_BATCH_UNAVAILABLE"
+# The engine's queries have one stateful operator, applyInPandasWithState: Spark's operator 0.
+STATEFUL_OPERATOR_ID: Final = 0
 _FORMATS: Final = {"binary": StateFormat.BINARY, "string": StateFormat.TEXT}
 
 
@@ -28,7 +31,7 @@ def state_format_of(spark: Any, checkpoint: str) -> StateFormat:
     """The state format of the query whose checkpoint is ``checkpoint``: ``TEXT`` when it has
     no state schema yet, else the one its state schema says. A ConfigError for a checkpoint
     whose state cannot be read, or is not this engine's."""
-    local = local_state_schema(checkpoint)
+    local = local_state_schema(checkpoint, STATEFUL_OPERATOR_ID)
     if local is None:
         return state_format_from_spark(spark, checkpoint)
     if not local:
