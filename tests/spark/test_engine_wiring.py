@@ -110,6 +110,14 @@ def test_the_local_session_writes_checkpoints_through_the_filesystem_manager(spa
     assert spark._jvm.java.lang.Class.forName(spark.conf.get(CHECKPOINT_MANAGER_KEY))
 
 
+def test_the_local_session_s_jvm_runs_the_parallel_collector(spark: Any) -> None:
+    # Given to spark-submit before the JVM starts (a builder conf, not a runtime one): the
+    # collectors the running JVM reports are the parallel collector's, not G1's.
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    names = {bean.getName() for bean in beans}
+    assert names == {"PS Scavenge", "PS MarkSweep"}, names
+
+
 def pyspark_files(frames: Any) -> Any:
     import pandas as pd
     import pyspark

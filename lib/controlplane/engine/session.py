@@ -126,6 +126,16 @@ DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 LOCAL_PARALLELISM = 2
 
+# The local JVM's garbage collector: the parallel (throughput) collector instead of G1. On a
+# 1 GB heap G1's regions are 1 MB, so every key's state value (0.5-1 MB of text at 34,000
+# groups) is a "humongous" object that starts a concurrent cycle: G1 took 0.04-0.10 cores of
+# two in a saturated run, the parallel collector 0.02 (docs/benchmarks/engine.md, issue 14,
+# eighth session). Given as the driver's *default* Java options, so a job's own
+# ``spark.driver.extraJavaOptions`` still applies after them (to go back to G1:
+# ``-XX:-UseParallelGC -XX:+UseG1GC``).
+LOCAL_JAVA_OPTIONS_KEY = "spark.driver.defaultJavaOptions"
+LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
+
 # pyspark before 4.2 hands applyInPandasWithState's chunk offsets to RecordBatch.slice as floats,
 # which pyarrow 26 refuses ("'float' object cannot be interpreted as an integer"): the first
 # micro-batch fails. Seen on pyspark 4.0.0 with pyarrow 26.0.1 (25.0.1 accepts floats); pyspark
@@ -245,6 +255,7 @@ def build_local_session(
         # on two loaded cores that job ran past 15 minutes for a table of a few files.
         .config(LISTING_PARALLELISM, str(LOCAL_PARALLELISM))
         .config("spark.driver.memory", "1g")
+        .config(LOCAL_JAVA_OPTIONS_KEY, LOCAL_JAVA_OPTIONS)
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         # From the SparkContext's start: spark-submit's log4j profile logged its start at
         # INFO (forty lines) before setLogLevel could run.
