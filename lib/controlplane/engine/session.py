@@ -127,14 +127,74 @@ LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 LOCAL_PARALLELISM = 2
 
 # The local JVM's garbage collector: the parallel (throughput) collector instead of G1. On a
-# 1 GB heap G1's regions are 1 MB, so every key's state value (0.5-1 MB of text at 34,000
-# groups) is a "humongous" object that starts a concurrent cycle: G1 took 0.04-0.10 cores of
-# two in a saturated run, the parallel collector 0.02 (docs/benchmarks/engine.md, issue 14,
-# eighth session). Given as the driver's *default* Java options, so a job's own
-# ``spark.driver.extraJavaOptions`` still applies after them (to go back to G1:
-# ``-XX:-UseParallelGC -XX:+UseG1GC``).
+# 1 GB heap G1's regions are 1 MB, so every key's state value (about 0.5 MB of text a shard key
+# at 34,000 groups, and its copies) is a "humongous" object whose allocation starts a
+# concurrent cycle: G1 took 0.04-0.13 cores of two in saturated runs of 240 s or more, the
+# parallel collector 0.02 (docs/benchmarks/engine.md, issue 14, eighth session).
 LOCAL_JAVA_OPTIONS_KEY = "spark.driver.defaultJavaOptions"
 LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
+_COLLECTOR_FLAG = re.compile(r"-XX:\+Use(?:Serial|Parallel|G1|Z|Shenandoah|Epsilon)GC\b")
+# Where a JVM's options can also come from: the environment, and the driver's Java options in
+# the session's own conf or in spark-defaults.conf.
+_JAVA_OPTION_VARIABLES = (
+    "SPARK_SUBMIT_OPTS",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+)
+_DRIVER_JAVA_OPTIONS = (LOCAL_JAVA_OPTIONS_KEY, "spark.driver.extraJavaOptions")
+
+
+def local_java_options(extra_conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The driver's default Java options of a local session: the parallel collector, before
+    the default options spark-defaults.conf gives (a session's ``--conf`` replaces that file's
+    value, so it is carried over, after ours). Nothing when a collector is chosen anywhere else
+    (the environment, spark-defaults.conf, the session's own conf): two collectors stop the JVM,
+    and the one chosen there is meant. Nothing either when spark-submit started the JVM."""
+    if started_by_spark_submit():
+        return {}
+    defaults = spark_defaults()
+    places = [os.environ.get(name, "") for name in _JAVA_OPTION_VARIABLES]
+    places += [(extra_conf or {}).get(key, "") for key in _DRIVER_JAVA_OPTIONS]
+    places += [defaults.get(key, "") for key in _DRIVER_JAVA_OPTIONS]
+    if any(_COLLECTOR_FLAG.search(place) for place in places):
+        return {}
+    theirs = defaults.get(LOCAL_JAVA_OPTIONS_KEY, "").strip()
+    return {LOCAL_JAVA_OPTIONS_KEY: f"{LOCAL_JAVA_OPTIONS} {theirs}".strip()}
+
+
+_PROPERTY = re.compile(r"([^\s=:]+)(?:\s*[=:]\s*|\s+)(.*)$")
+
+
+def spark_defaults() -> dict[str, str]:
+    """The settings of the spark-defaults.conf spark-submit reads (``SPARK_CONF_DIR``, else
+    ``SPARK_HOME/conf``, else the installed pyspark's ``conf``), in its ``key value`` and
+    ``key=value`` lines; {} when there is none."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        home = os.environ.get("SPARK_HOME") or str(pyspark_home())
+        conf_dir = os.path.join(home, "conf")
+    try:
+        text = (Path(conf_dir) / "spark-defaults.conf").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        pair = _PROPERTY.match(line)
+        if pair is not None:
+            values[pair.group(1)] = pair.group(2).strip()
+    return values
+
+
+def pyspark_home() -> Path:
+    """The installed pyspark's directory (what pyspark uses as SPARK_HOME when it is unset)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
 
 # pyspark before 4.2 hands applyInPandasWithState's chunk offsets to RecordBatch.slice as floats,
 # which pyarrow 26 refuses ("'float' object cannot be interpreted as an integer"): the first
@@ -255,13 +315,18 @@ def build_local_session(
         # on two loaded cores that job ran past 15 minutes for a table of a few files.
         .config(LISTING_PARALLELISM, str(LOCAL_PARALLELISM))
         .config("spark.driver.memory", "1g")
-        .config(LOCAL_JAVA_OPTIONS_KEY, LOCAL_JAVA_OPTIONS)
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         # From the SparkContext's start: spark-submit's log4j profile logged its start at
         # INFO (forty lines) before setLogLevel could run.
         .config("spark.log.level", "WARN")
     )
-    confs = {**STATE_CONF, **local_conf(), **jar_conf(require_jars), **(extra_conf or {})}
+    confs = {
+        **local_java_options(extra_conf),
+        **STATE_CONF,
+        **local_conf(),
+        **jar_conf(require_jars),
+        **(extra_conf or {}),
+    }
     for key, value in confs.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
