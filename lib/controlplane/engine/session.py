@@ -75,9 +75,7 @@ def pyspark_jars_dir() -> Path:
     spark_home = os.environ.get("SPARK_HOME")
     if spark_home and Path(spark_home, "jars").is_dir():
         return Path(spark_home, "jars")
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "jars"
+    return pyspark_home() / "jars"
 
 
 DAEMON_MODULE_KEY = "spark.python.daemon.module"
