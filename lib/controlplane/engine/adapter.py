@@ -95,10 +95,14 @@ def _blob_bytes(blob: Any) -> bytes | None:
 
 
 def encode_blob(blob: bytes | None, state_format: StateFormat) -> bytes | str | None:
-    """The core's bytes as the state keeps them in ``state_format``."""
+    """The core's bytes as the state keeps them in ``state_format``. The text is made in one
+    step: encoding to bytes and decoding those allocates a second buffer of the text's size,
+    and glibc maps and unmaps each such buffer of a shard's size (about 0.5 MB at 34,000
+    groups) afresh, which made the two steps 10-25 times slower than the one
+    (docs/benchmarks/engine.md, issue 14, ninth session)."""
     if blob is None or state_format is StateFormat.BINARY:
         return blob
-    return pybase64.b64encode(blob).decode("ascii")
+    return pybase64.b64encode_as_string(blob)
 
 
 InputRow = tuple[Any, Any, Any, Any, int | None, int | None]
