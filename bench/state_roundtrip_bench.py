@@ -51,14 +51,18 @@ ENCODINGS = ("binary", "text")
 
 def keeps_a_blob(size: int, encoding: str = "binary") -> Callable[..., Iterator[Any]]:
     """The state function: one output row per call, the state replaced by a blob of ``size``,
-    read and written as the engine reads and writes its state's blob."""
-    from controlplane.engine.adapter import StateFormat, _blob_bytes, encode_blob
+    read and written as the engine reads and writes its state's blob, in a worker prepared as
+    the engine prepares its own (``prepare_worker``: what the worker holds frozen out of the
+    cyclic collector, which PySpark's daemon runs after every task; without it that collection
+    was 28 % of this benchmark's Python samples, a cost the engine's workers do not pay)."""
+    from controlplane.engine.adapter import StateFormat, _blob_bytes, encode_blob, prepare_worker
 
     state_format = StateFormat(encoding)
 
     def function(key: tuple[str], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
+        prepare_worker()  # once per worker process
         rows = sum(len(frame) for frame in frames)
         blob = _blob_bytes(state.get[0]) if state.exists else os.urandom(size)  # incompressible
         assert blob is not None
