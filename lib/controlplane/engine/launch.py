@@ -19,7 +19,7 @@ from controlplane.engine.options import (
     with_landing_root,
     with_tables,
 )
-from controlplane.engine.session import on_databricks
+from controlplane.engine.session import on_databricks, started_by_spark_submit
 from controlplane.settings import load_settings
 
 log = logging.getLogger("controlplane.job")
@@ -334,7 +334,7 @@ def _run_queries(
     from controlplane.engine.warmup import warm_python_workers
     from controlplane.io.kafka_clients import KafkaSetupError
 
-    spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ and not on_databricks()
+    spark_submit = started_by_spark_submit() and not on_databricks()
     spark = session_for(options, "controlplane-" + "-".join(queries))
     # PySpark's SparkContext installs its own SIGINT handler (cancel every job, then raise
     # KeyboardInterrupt wherever the main thread is): the tracebacks of a Ctrl-C. Ours again.
