@@ -13,6 +13,7 @@ from controlplane.engine.session import (
     CHECKPOINT_MANAGER_KEY,
     DAEMON_MODULE,
     DAEMON_MODULE_KEY,
+    STATE_CODEC_KEY,
     IncompatibleVersions,
     arrow_incompatibility,
     build_local_session,
@@ -102,7 +103,11 @@ def test_an_unreadable_jar_leaves_spark_s_default_manager(tmp_path: Path) -> Non
 def test_the_installed_pyspark_has_the_class_and_local_sessions_name_it() -> None:
     name = checkpoint_manager_class()
     assert name in (SPARK_40_CLASS, SPARK_41_CLASS)
-    assert local_conf() == {CHECKPOINT_MANAGER_KEY: name, DAEMON_MODULE_KEY: DAEMON_MODULE}
+    assert local_conf() == {
+        CHECKPOINT_MANAGER_KEY: name,
+        DAEMON_MODULE_KEY: DAEMON_MODULE,
+        STATE_CODEC_KEY: "snappy",
+    }
 
 
 def test_the_daemon_is_named_only_when_the_workers_python_can_import_it(

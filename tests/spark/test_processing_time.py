@@ -17,6 +17,7 @@ from controlplane.engine.adapter import StateFormat
 from controlplane.engine.checkpoints import state_format_from_spark, state_format_of
 from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_coordinator_query
+from controlplane.engine.session import STATE_CODEC_KEY
 from controlplane.io import sinks
 from controlplane.io.options import CleanSource, SourceOptions
 from spark.conftest import drop_events, read_table, wait_for
@@ -248,6 +249,13 @@ def test_sessions_survive_a_restart_shorter_than_the_failover_gap(
     assert [r for r in audit if r["reason"] == "coordinator_failover"] == []  # no reset needed
 
 
+def recorded_conf(checkpoint_root: str, key: str) -> str:
+    """A setting as the checkpoint's offset log records it for the batch that ran last."""
+    [offsets] = list(Path(checkpoint_root).glob("**/offsets"))
+    last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    return str(json.loads(last.read_text().splitlines()[1])["conf"][key])
+
+
 def test_a_checkpoint_keeps_its_state_partitions_when_the_setting_changes(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -272,10 +280,40 @@ def test_a_checkpoint_keeps_its_state_partitions_when_the_setting_changes(
             query.stop()
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
-    [offsets] = list(Path(options.checkpoint_root).glob("**/offsets"))
-    last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    metadata = json.loads(last.read_text().splitlines()[1])  # the batch the restart ran last
-    assert metadata["conf"]["spark.sql.shuffle.partitions"] == "4"
+    assert recorded_conf(options.checkpoint_root, "spark.sql.shuffle.partitions") == "4"
+
+
+def test_a_checkpoint_keeps_the_state_codec_it_was_started_with(spark: Any, tmp_path: Path) -> None:
+    # Local sessions write the state store's files with snappy (engine.session); a checkpoint
+    # started with Spark's default, lz4, keeps reading and writing lz4 after the change, as
+    # Spark records the codec in the offset log, and keeps its groups.
+    assert spark.conf.get(STATE_CODEC_KEY) == "snappy"
+    older = options_for(tmp_path / "older")
+    tables, landing = Path(older.tables_root), tmp_path / "older" / "landing"
+    spark.conf.set(STATE_CODEC_KEY, "lz4")
+    try:
+        query = start(spark, older)
+        try:
+            member = stable_member(tables, landing, query, "lz4", 60_000)
+        finally:
+            query.stop()
+    finally:
+        spark.conf.set(STATE_CODEC_KEY, "snappy")
+    query = start(spark, older)
+    try:
+        drop_events(landing, [request("heartbeat", "lz4-h1", "lz4", member, 1)])
+        assert decision(tables, "lz4-h1", query)["error"] == "NONE"  # the member is known
+    finally:
+        query.stop()
+    assert recorded_conf(older.checkpoint_root, STATE_CODEC_KEY) == "lz4"
+    newer = options_for(tmp_path / "newer")
+    query = start(spark, newer)
+    try:
+        drop_events(tmp_path / "newer" / "landing", [join("new-j1", "snappy")])
+        decision(Path(newer.tables_root), "new-j1", query)
+    finally:
+        query.stop()
+    assert recorded_conf(newer.checkpoint_root, STATE_CODEC_KEY) == "snappy"
 
 
 def formats(spark: Any, checkpoint: str) -> tuple[StateFormat, StateFormat]:

@@ -81,13 +81,25 @@ def pyspark_jars_dir() -> Path:
 DAEMON_MODULE_KEY = "spark.python.daemon.module"
 DAEMON_MODULE = "controlplane.engine.pydaemon"
 
+# Local sessions only: the codec of the state store's files, among them the changelog that each
+# state partition writes every batch. The engine's state is mostly the base64 text of random
+# digests, which no codec shrinks much, and compressing it with Spark's default (lz4) cost the
+# JVM more than snappy does: at 24 MB of state a batch, the state round trip's addBatch was
+# 458-504 ms with snappy against 536-691 ms with lz4 (docs/benchmarks/engine.md, issue 14, tenth
+# session). Spark records the codec in a checkpoint's offset log and a restarted query keeps the
+# recorded one, so a checkpoint keeps the codec it was started with: older ones stay lz4.
+STATE_CODEC_KEY = "spark.sql.streaming.stateStore.compression.codec"
+LOCAL_STATE_CODEC = "snappy"
+
 
 def local_conf() -> dict[str, str]:
-    """What only local sessions set: the checkpoint manager, when this Spark has the class, and
-    the Python workers' daemon that imports the installed pyspark instead of Spark's zip of
-    it (engine/pydaemon.py), when the workers' Python can import it."""
+    """What only local sessions set: the state store's codec, the checkpoint manager when this
+    Spark has the class, and the Python workers' daemon that imports the installed pyspark
+    instead of Spark's zip of it (engine/pydaemon.py), when the workers' Python can import it."""
     name = checkpoint_manager_class()
-    conf = {DAEMON_MODULE_KEY: DAEMON_MODULE} if workers_import(DAEMON_MODULE) else {}
+    conf = {STATE_CODEC_KEY: LOCAL_STATE_CODEC}
+    if workers_import(DAEMON_MODULE):
+        conf[DAEMON_MODULE_KEY] = DAEMON_MODULE
     return {**conf, CHECKPOINT_MANAGER_KEY: name} if name else conf
 
 
