@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from controlplane.engine.session import (
     arrow_incompatibility,
     build_local_session,
     checkpoint_manager_class,
+    chosen_elsewhere,
     local_conf,
 )
 
@@ -120,3 +123,73 @@ def test_the_daemon_is_named_only_when_the_workers_python_can_import_it(
     monkeypatch.setenv("PYSPARK_PYTHON", str(tmp_path / "no-python"))
     assert not workers_import(DAEMON_MODULE)
     assert DAEMON_MODULE_KEY not in local_conf()
+
+
+@pytest.fixture
+def no_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty SPARK_CONF_DIR and no spark-submit."""
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    return tmp_path
+
+
+def test_local_sessions_write_their_state_with_snappy(no_defaults: Path) -> None:
+    assert local_conf()[STATE_CODEC_KEY] == "snappy"
+
+
+@pytest.mark.parametrize(
+    "line", [f"{STATE_CODEC_KEY} lz4", f"{STATE_CODEC_KEY}=zstd", f"  {STATE_CODEC_KEY}  lzf"]
+)
+def test_a_codec_chosen_in_spark_defaults_is_left_alone(no_defaults: Path, line: str) -> None:
+    (no_defaults / "spark-defaults.conf").write_text(f"# mine\n{line}\n", encoding="utf-8")
+    assert STATE_CODEC_KEY not in local_conf()
+
+
+def test_a_commented_codec_in_spark_defaults_is_not_a_choice(no_defaults: Path) -> None:
+    (no_defaults / "spark-defaults.conf").write_text(f"# {STATE_CODEC_KEY} lz4\n")
+    assert local_conf()[STATE_CODEC_KEY] == "snappy"
+
+
+class FakeSystem:
+    def __init__(self, properties: dict[str, str]) -> None:
+        self.properties = properties
+
+    def getProperty(self, key: str) -> str | None:
+        return self.properties.get(key)
+
+
+def submitted_jvm(properties: dict[str, str]) -> Any:
+    """What ``_submitted_jvm`` gives, as far as ``chosen_elsewhere`` reads it."""
+    java = SimpleNamespace(lang=SimpleNamespace(System=FakeSystem(properties)))
+    return SimpleNamespace(java=java)
+
+
+@pytest.mark.parametrize(
+    ("properties", "chosen"),
+    [({STATE_CODEC_KEY: "lz4"}, True), ({"spark.app.name": "job"}, False)],
+)
+def test_under_spark_submit_its_properties_say_whether_the_codec_is_chosen(
+    no_defaults: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    properties: dict[str, str],
+    chosen: bool,
+) -> None:
+    from controlplane.engine import session
+
+    (no_defaults / "spark-defaults.conf").write_text(f"{STATE_CODEC_KEY} lz4\n")  # not read
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
+    monkeypatch.setattr(session, "_submitted_jvm", lambda: submitted_jvm(properties))
+    assert chosen_elsewhere(STATE_CODEC_KEY) is chosen
+
+
+def test_under_spark_submit_without_a_gateway_the_codec_stands(
+    no_defaults: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controlplane.engine import session
+
+    def no_gateway() -> Any:
+        raise ConnectionRefusedError("no gateway")
+
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
+    monkeypatch.setattr(session, "_submitted_jvm", no_gateway)
+    assert not chosen_elsewhere(STATE_CODEC_KEY)

@@ -17,7 +17,7 @@ from controlplane.engine.adapter import StateFormat
 from controlplane.engine.checkpoints import state_format_from_spark, state_format_of
 from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_coordinator_query
-from controlplane.engine.session import STATE_CODEC_KEY
+from controlplane.engine.session import LOCAL_STATE_CODEC, STATE_CODEC_KEY
 from controlplane.io import sinks
 from controlplane.io.options import CleanSource, SourceOptions
 from spark.conftest import drop_events, read_table, wait_for
@@ -298,7 +298,7 @@ def test_a_checkpoint_keeps_the_state_codec_it_was_started_with(spark: Any, tmp_
         finally:
             query.stop()
     finally:
-        spark.conf.set(STATE_CODEC_KEY, "snappy")
+        spark.conf.set(STATE_CODEC_KEY, LOCAL_STATE_CODEC)
     query = start(spark, older)
     try:
         drop_events(landing, [request("heartbeat", "lz4-h1", "lz4", member, 1)])

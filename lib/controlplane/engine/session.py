@@ -1,9 +1,10 @@
 """The local SparkSession: RocksDB state store with changelog checkpointing, UI off.
 
-Settings that the checkpoint freezes (state store provider, number of state partitions) are
-chosen here once; changing them needs a new checkpoint (docs/engine.md, "State store"). The
-provider is Apache Spark's RocksDB provider locally and Databricks' own on a Databricks
-cluster (``apply_state_conf``), which the bundle's cluster configuration names too.
+Settings that the checkpoint freezes (state store provider, number of state partitions, the
+state store's codec) are chosen here once; a checkpoint keeps the values it started with, so a
+change reaches new checkpoints only (docs/engine.md, "State store"). The provider is Apache
+Spark's RocksDB provider locally and Databricks' own on a Databricks cluster
+(``apply_state_conf``), which the bundle's cluster configuration names too.
 
 The project's pinned jars (``.venv/jars/spark``: delta-spark and Spark's Kafka connector, see
 ``controlplane.jvm``) go on ``spark.jars`` with Delta's SQL extension and catalog, so a local
@@ -82,25 +83,39 @@ DAEMON_MODULE_KEY = "spark.python.daemon.module"
 DAEMON_MODULE = "controlplane.engine.pydaemon"
 
 # Local sessions only: the codec of the state store's files, among them the changelog that each
-# state partition writes every batch. The engine's state is mostly the base64 text of random
-# digests, which no codec shrinks much, and compressing it with Spark's default (lz4) cost the
-# JVM more than snappy does: at 24 MB of state a batch, the state round trip's addBatch was
-# 458-504 ms with snappy against 536-691 ms with lz4 (docs/benchmarks/engine.md, issue 14, tenth
-# session). Spark records the codec in a checkpoint's offset log and a restarted query keeps the
-# recorded one, so a checkpoint keeps the codec it was started with: older ones stay lz4.
+# state partition writes every batch (an internal setting of Spark's SQL conf, lz4 by default).
+# With 24 MB of state, the state round trip's addBatch was 458-504 ms with snappy against
+# 536-691 ms with lz4, and the JVM used fewer cores; in the engine the difference did not show
+# beyond the spread between runs (docs/benchmarks/engine.md, issue 14, tenth session). Spark
+# records the codec in a checkpoint's offset log and a restarted query uses the recorded one,
+# so a checkpoint keeps the codec it was started with: older ones stay lz4. A codec chosen in
+# spark-defaults.conf or spark-submit's --conf is left as chosen.
 STATE_CODEC_KEY = "spark.sql.streaming.stateStore.compression.codec"
 LOCAL_STATE_CODEC = "snappy"
 
 
 def local_conf() -> dict[str, str]:
-    """What only local sessions set: the state store's codec, the checkpoint manager when this
-    Spark has the class, and the Python workers' daemon that imports the installed pyspark
-    instead of Spark's zip of it (engine/pydaemon.py), when the workers' Python can import it."""
+    """What only local sessions set: the state store's codec unless it is chosen elsewhere, the
+    checkpoint manager when this Spark has the class, and the Python workers' daemon that
+    imports the installed pyspark instead of Spark's zip of it (engine/pydaemon.py), when the
+    workers' Python can import it."""
     name = checkpoint_manager_class()
-    conf = {STATE_CODEC_KEY: LOCAL_STATE_CODEC}
+    conf = {} if chosen_elsewhere(STATE_CODEC_KEY) else {STATE_CODEC_KEY: LOCAL_STATE_CODEC}
     if workers_import(DAEMON_MODULE):
         conf[DAEMON_MODULE_KEY] = DAEMON_MODULE
     return {**conf, CHECKPOINT_MANAGER_KEY: name} if name else conf
+
+
+def chosen_elsewhere(key: str) -> bool:
+    """Whether ``key`` is set before the session's builder sees it: in spark-defaults.conf, or,
+    when spark-submit started the JVM, in what it passed on (its --conf and its defaults file
+    become the JVM's system properties). A builder's setting would replace either."""
+    if not started_by_spark_submit():
+        return key in spark_defaults()
+    try:
+        return _submitted_jvm().java.lang.System.getProperty(key) is not None
+    except Exception:  # no gateway to ask: the builder's setting stands
+        return False
 
 
 def workers_import(module: str) -> bool:
