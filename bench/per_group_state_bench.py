@@ -41,7 +41,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from cpu_meter import CpuMeter, describe  # noqa: E402
+import state_roundtrip_bench  # noqa: E402
+from cpu_meter import describe  # noqa: E402
+from state_roundtrip_bench import measure, rotated  # noqa: E402
 
 SHARDS = 64  # the engine's default shard count
 GROUP_BYTES = 717  # a group's state with a full idempotence window (docs/benchmarks/engine.md)
@@ -59,31 +60,10 @@ WARM_BATCHES = 3
 APIS = ("blob", "map", "none")
 
 
-def shard_of(group: int) -> int:
-    return group % SHARDS
-
-
-def rotated(body: bytes) -> bytes:
-    """A new value of the same size: the old one rotated by a byte."""
-    return body[1:] + body[:1]
-
-
 def keeps_a_blob(size: int) -> Callable[..., Iterator[Any]]:
     """``blob`` and ``none``: the shard's state, ``size`` bytes as base64 text, read and replaced
-    whole, in a worker prepared as the engine prepares its own."""
-    from controlplane.engine.adapter import StateFormat, _blob_bytes, encode_blob, prepare_worker
-
-    def function(key: tuple[str], frames: Iterator[Any], state: Any) -> Iterator[Any]:
-        import pandas as pd
-
-        prepare_worker()  # once per worker process
-        rows = sum(len(frame) for frame in frames)
-        blob = _blob_bytes(state.get[0]) if state.exists else os.urandom(size)  # incompressible
-        assert blob is not None
-        state.update((encode_blob(rotated(blob), StateFormat.TEXT),))
-        yield pd.DataFrame({"key": [key[0]], "rows": [rows]})
-
-    return function
+    whole as the engine does (the state round-trip benchmark's function)."""
+    return state_roundtrip_bench.keeps_a_blob(size, "text")
 
 
 def keeps_a_map() -> Any:
@@ -151,23 +131,8 @@ def run(spark: Any, api: str, groups: int, rate: int, seconds: int, checkpoint: 
             "append",
             GroupStateTimeout.NoTimeout,
         )
-    query = (
-        out.writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="1 second")
-        .start()
-    )
-    try:
-        time.sleep(seconds / 3)  # the CPU of the batches after the first third
-        meter = CpuMeter.start(spark)
-        time.sleep(seconds - seconds / 3)
-        cores = None if meter is None else meter.stop()
-        batches = [p for p in query.recentProgress if p["numInputRows"]]
-    finally:
-        query.stop()
-    failure = query.exception()
-    if failure is not None:  # the query's own error, not "no batch"
-        raise RuntimeError(f"the query failed: {failure}")
+    progress, cores = measure(spark, out, checkpoint, seconds)
+    batches = [p for p in progress if p["numInputRows"]]
     measured = warmed(batches, groups)
     if not measured:
         durations = [p["durationMs"].get("triggerExecution", 0) for p in batches]
@@ -222,8 +187,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    # bench/ too: the workers import the state round-trip benchmark's function by name
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]
+        [str(ROOT / "lib"), str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]
     )
     from controlplane.engine.session import build_local_session
 

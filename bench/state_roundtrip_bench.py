@@ -49,6 +49,11 @@ ENCODINGS = ("binary", "text")
 ``binary`` or its base64 text in a ``string``."""
 
 
+def rotated(blob: bytes) -> bytes:
+    """A new value of the same size: the old one rotated by a byte."""
+    return blob[1:] + blob[:1]
+
+
 def keeps_a_blob(size: int, encoding: str = "binary") -> Callable[..., Iterator[Any]]:
     """The state function: one output row per call, the state replaced by a blob of ``size``,
     read and written as the engine reads and writes its state's blob, in a worker prepared as
@@ -66,7 +71,7 @@ def keeps_a_blob(size: int, encoding: str = "binary") -> Callable[..., Iterator[
         rows = sum(len(frame) for frame in frames)
         blob = _blob_bytes(state.get[0]) if state.exists else os.urandom(size)  # incompressible
         assert blob is not None
-        state.update((encode_blob(blob[1:] + blob[:1], state_format),))
+        state.update((encode_blob(rotated(blob), state_format),))
         yield pd.DataFrame({"key": [key[0]], "rows": [rows]})
 
     return function
@@ -87,6 +92,21 @@ def run(
         "append",
         GroupStateTimeout.NoTimeout,
     )
+    progress, cores = measure(spark, out, checkpoint, seconds)
+    loaded = [p for p in progress if p["numInputRows"]][WARM_BATCHES:]
+    if not loaded:
+        raise RuntimeError(f"no loaded batch after the first {WARM_BATCHES} in {seconds} s")
+    add = statistics.median(p["durationMs"].get("addBatch", 0) for p in loaded)
+    total = statistics.median(p["durationMs"].get("triggerExecution", 0) for p in loaded)
+    return add, total, len(loaded), cores
+
+
+def measure(
+    spark: Any, out: Any, checkpoint: Path, seconds: int
+) -> tuple[list[dict[str, Any]], dict[str, float] | None]:
+    """Run ``out`` into Spark's no-op sink on a 1-second trigger for ``seconds``: the progress
+    of its batches (the last 100, as Spark keeps them) and the CPU of the machine's processes
+    after the first third. The query's own failure is raised."""
     query = (
         out.writeStream.format("noop")
         .option("checkpointLocation", str(checkpoint))
@@ -98,17 +118,13 @@ def run(
         meter = CpuMeter.start(spark)
         time.sleep(seconds - seconds / 3)
         cores = None if meter is None else meter.stop()
-        loaded = [p for p in query.recentProgress if p["numInputRows"]][WARM_BATCHES:]
+        progress = list(query.recentProgress)
     finally:
         query.stop()
     failure = query.exception()
     if failure is not None:  # the query's own error, not "no batch"
         raise RuntimeError(f"the query failed: {failure}")
-    if not loaded:
-        raise RuntimeError(f"no loaded batch after the first {WARM_BATCHES} in {seconds} s")
-    add = statistics.median(p["durationMs"].get("addBatch", 0) for p in loaded)
-    total = statistics.median(p["durationMs"].get("triggerExecution", 0) for p in loaded)
-    return add, total, len(loaded), cores
+    return progress, cores
 
 
 def numbers(parser: argparse.ArgumentParser, option: str, text: str) -> list[int]:
