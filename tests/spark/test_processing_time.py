@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from controlplane.engine.adapter import StateFormat
 from controlplane.engine.checkpoints import state_format_from_spark, state_format_of
 from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_coordinator_query
-from controlplane.engine.session import LOCAL_STATE_CODEC, STATE_CODEC_KEY
+from controlplane.engine.session import STATE_CODEC_KEY
 from controlplane.io import sinks
 from controlplane.io.options import CleanSource, SourceOptions
 from spark.conftest import drop_events, read_table, wait_for
@@ -256,6 +258,42 @@ def recorded_conf(checkpoint_root: str, key: str) -> str:
     return str(json.loads(last.read_text().splitlines()[1])["conf"][key])
 
 
+@contextmanager
+def session_setting(spark: Any, key: str, value: str) -> Iterator[None]:
+    """``key`` set to ``value`` in the shared session, then back to what it was."""
+    before = spark.conf.get(key)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
+
+
+def started_with(spark: Any, options: EngineOptions, key: str, value: str, group: str) -> str:
+    """A stable member of ``group``, from a query started with ``key`` set to ``value``."""
+    landing = Path(options.coordinator_source.path)
+    with session_setting(spark, key, value):
+        query = start(spark, options)
+        try:
+            return stable_member(Path(options.tables_root), landing, query, group, 60_000)
+        finally:
+            query.stop()
+
+
+def known_after_a_restart(spark: Any, options: EngineOptions, group: str, member: str) -> None:
+    """The query started again on its checkpoint answers ``member``'s heartbeat."""
+    query = start(spark, options)
+    try:
+        drop_events(
+            Path(options.coordinator_source.path),
+            [request("heartbeat", f"{group}-h1", group, member, 1)],
+        )
+        tables = Path(options.tables_root)
+        assert decision(tables, f"{group}-h1", query)["error"] == "NONE"  # the member is known
+    finally:
+        query.stop()
+
+
 def test_a_checkpoint_keeps_its_state_partitions_when_the_setting_changes(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -263,23 +301,8 @@ def test_a_checkpoint_keeps_its_state_partitions_when_the_setting_changes(
     # query takes the recorded value: lowering engine.shuffle_partitions (conf/local.yaml went
     # from 4 to 2) leaves existing checkpoints as they were, and their state where it was.
     options = options_for(tmp_path)
-    tables, landing = Path(options.tables_root), tmp_path / "landing"
-    spark.conf.set("spark.sql.shuffle.partitions", "4")
-    try:
-        query = start(spark, options)
-        try:
-            member = stable_member(tables, landing, query, "kept", 60_000)
-        finally:
-            query.stop()
-        spark.conf.set("spark.sql.shuffle.partitions", "2")
-        query = start(spark, options)
-        try:
-            drop_events(landing, [request("heartbeat", "kept-h1", "kept", member, 1)])
-            assert decision(tables, "kept-h1", query)["error"] == "NONE"  # the member is known
-        finally:
-            query.stop()
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    member = started_with(spark, options, "spark.sql.shuffle.partitions", "4", "kept")
+    known_after_a_restart(spark, options, "kept", member)
     assert recorded_conf(options.checkpoint_root, "spark.sql.shuffle.partitions") == "4"
 
 
@@ -289,22 +312,8 @@ def test_a_checkpoint_keeps_the_state_codec_it_was_started_with(spark: Any, tmp_
     # Spark records the codec in the offset log, and keeps its groups.
     assert spark.conf.get(STATE_CODEC_KEY) == "snappy"
     older = options_for(tmp_path / "older")
-    tables, landing = Path(older.tables_root), tmp_path / "older" / "landing"
-    spark.conf.set(STATE_CODEC_KEY, "lz4")
-    try:
-        query = start(spark, older)
-        try:
-            member = stable_member(tables, landing, query, "lz4", 60_000)
-        finally:
-            query.stop()
-    finally:
-        spark.conf.set(STATE_CODEC_KEY, LOCAL_STATE_CODEC)
-    query = start(spark, older)
-    try:
-        drop_events(landing, [request("heartbeat", "lz4-h1", "lz4", member, 1)])
-        assert decision(tables, "lz4-h1", query)["error"] == "NONE"  # the member is known
-    finally:
-        query.stop()
+    member = started_with(spark, older, STATE_CODEC_KEY, "lz4", "lz4")
+    known_after_a_restart(spark, older, "lz4", member)
     assert recorded_conf(older.checkpoint_root, STATE_CODEC_KEY) == "lz4"
     newer = options_for(tmp_path / "newer")
     query = start(spark, newer)
