@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,7 @@ class BatchSink:
         self.writer_preference = writer_preference
         self.answers = answers
         self._writer: Any = None
+        self._writers: ThreadPoolExecutor | None = None
 
     def writer(self, spark: Any) -> Any:
         if self._writer is None:
@@ -211,12 +213,8 @@ class BatchSink:
         tables, figures = split_batch(arrow, batch_id, processed_at_ms)
         written: dict[str, Any] = {}
         if tables:  # an idle batch opens no writer and writes nothing
-            writer = self.writer(frame.sparkSession)
-            for table in self.tables:  # a fixed order: a replayed batch skips the tables done
-                written[table] = tables.pop(table, [])
-                at = time.perf_counter()
-                if writer.write(table, written[table], batch_id):
-                    timings_ms[table] = _ms_since(at)
+            written = {table: tables.pop(table, []) for table in self.tables}
+            self._write(self.writer(frame.sparkSession), written, batch_id, timings_ms)
         for table, rows in tables.items():
             log.error("batch %d: %d rows for unknown table %s dropped", batch_id, len(rows), table)
         if self.answers is not None:  # after Delta: a failure here replays the whole batch
@@ -230,6 +228,46 @@ class BatchSink:
             _ms_since(started) - timings_ms["compute"],
             extra={SINK_TIMINGS: timings_ms, "batch_id": batch_id},
         )
+
+    def _write(
+        self, writer: Any, rows: dict[str, Any], batch_id: int, timings_ms: dict[str, int]
+    ) -> None:
+        """Each table's rows, exactly once (a replayed batch skips the tables already
+        committed). A writer whose tables are independent (``tables_at_once``) writes them
+        side by side, on the core the batch's Spark job leaves idle; the batch fails if any
+        table's write failed, after the others ended."""
+        todo = [table for table in self.tables if len(rows[table])]
+        if len(todo) < 2 or not getattr(writer, "tables_at_once", False):
+            for table in self.tables:  # in a fixed order
+                took = _timed_write(writer, table, rows[table], batch_id)
+                if took is not None:
+                    timings_ms[table] = took
+            return
+        pool = self._pool()
+        futures = [(t, pool.submit(_timed_write, writer, t, rows[t], batch_id)) for t in todo]
+        failures: list[BaseException] = []
+        for table, future in futures:
+            try:
+                took = future.result()
+            except BaseException as exc:  # raised below, once every write has ended
+                log.error("batch %d: %s not written: %s", batch_id, table, exc)
+                failures.append(exc)
+                continue
+            if took is not None:
+                timings_ms[table] = took
+        if failures:
+            raise failures[0]
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._writers is None:
+            self._writers = ThreadPoolExecutor(len(self.tables), thread_name_prefix="sink-write")
+        return self._writers
+
+
+def _timed_write(writer: Any, table: str, rows: Any, batch_id: int) -> int | None:
+    """The ms the table's write took, or None when it wrote nothing (already committed)."""
+    at = time.perf_counter()
+    return _ms_since(at) if writer.write(table, rows, batch_id) else None
 
 
 SINK_TIMINGS = "sink_timings_ms"  # a debug record's attribute: the ms of a batch's steps

@@ -256,6 +256,9 @@ class DeltaRsWriter:
     write."""
 
     kind = "delta-rs"
+    # Each table has its own snapshot and commits on its own: a batch's tables may be written
+    # side by side (delta-rs leaves the GIL while it writes).
+    tables_at_once = True
 
     def __init__(self, tables_root: str | Path, app_id: str) -> None:
         self.root = Path(tables_root)
@@ -396,6 +399,8 @@ class NativeDeltaWriter:
     schema, io/locations.py); the same writes either way."""
 
     kind = "native"
+    # One write at a time: the MERGE's transaction confs are the writer session's.
+    tables_at_once = False
 
     def __init__(self, spark: Any, tables: str | Path | TableNames, app_id: str) -> None:
         self.spark = spark.newSession()
