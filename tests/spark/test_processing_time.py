@@ -165,7 +165,8 @@ def test_restart_between_batches_and_mid_batch_loses_and_duplicates_nothing(
         query.stop()
     # Between batches: events land while the job is down.
     drop_events(landing, [join("b1", "gc")])
-    # Mid-batch: the next batch crashes after writing decisions, before group_events.
+    # Mid-batch: the next batch's group_events write fails, after decisions (native Delta,
+    # one table at a time) or beside decisions and groups (delta-rs, side by side).
     real_write = writer_class.write
     crashed: list[int] = []
 

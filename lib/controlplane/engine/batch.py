@@ -250,7 +250,7 @@ class BatchSink:
             try:
                 took = future.result()
             except BaseException as exc:  # raised below, once every write has ended
-                log.error("batch %d: %s not written: %s", batch_id, table, exc)
+                log.error("batch %d: %s not written: %s", batch_id, table, exc, exc_info=exc)
                 failures.append(exc)
                 continue
             if took is not None:

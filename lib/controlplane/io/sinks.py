@@ -51,6 +51,7 @@ Row = Mapping[str, Any]
 
 class BatchWriter(Protocol):
     kind: str
+    tables_at_once: bool  # a batch's tables may be written side by side (engine.batch)
 
     def write(self, table: str, rows: Sequence[Row] | pa.Table, batch_id: int) -> bool:
         """Append (or MERGE, for ``groups``) one batch's rows (dicts, or an Arrow table with
