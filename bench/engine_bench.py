@@ -33,7 +33,8 @@ lateness by when the timer was due, N seconds a window: a backlog built in the f
 stop after a number of heartbeats spread over the run, so sessions expire throughout it (by
 default they all stop after their sync and expire in the first ten seconds). ``--phases``
 prints each loaded batch's phases as Spark timed them (of the last 100 batches: Spark keeps
-that many progress updates).
+that many progress updates), then the steady batches' medians by the number of input files
+they took: the batch, its Spark job and what ``addBatch`` spends after the job (the writes).
 
 ``--idle N`` measures idle batches instead: N groups join and sync with a 25-minute session
 (so no timer falls due), then the query runs on with no input for ``--seconds``; printed:
@@ -53,6 +54,7 @@ import json
 import logging
 import os
 import shutil
+import statistics
 import sys
 import time
 import uuid
@@ -381,6 +383,7 @@ def run_engine(
         loaded_progress = [p for p in query.recentProgress if p["numInputRows"]]
         add_batch_ms = [p["durationMs"].get("addBatch", 0) for p in loaded_progress]
         phases = [_phases(p, sink.by_batch.get(p["batchId"])) for p in loaded_progress]
+        steady = steady_by_files(loaded_progress, sink.by_batch, expected / len(slots))
         query.stop()
         spark.streams.removeListener(listener)
         sink.detach()
@@ -415,6 +418,7 @@ def run_engine(
         "add_batch_p90_ms": percentile(add_batch_ms, 0.9),
         "cores": cores,
         "phases": phases,
+        "steady": steady,
         "answers": [(r["event_time_ms"], r["processed_at_ms"]) for r in decisions],
         "removals_at": [(r["at_ms"], r["processed_at_ms"]) for r in removals],
         "first_drop_ms": int(first_drop * 1000),
@@ -459,6 +463,38 @@ def _phases(progress: dict[str, Any], sink: dict[str, int] | None = None) -> str
     if sink:
         text += "; sink: " + " ".join(f"{name} {ms}" for name, ms in sink.items())
     return text
+
+
+STEADY_FROM_BATCH = 15  # the batches before it carry the join burst and a fresh JIT
+
+
+def steady_by_files(
+    progress: list[dict[str, Any]],
+    sinks: dict[int, dict[str, int]],
+    rows_per_file: float,
+    first_batch: int = STEADY_FROM_BATCH,
+) -> list[str]:
+    """The steady batches (from ``first_batch``, with the sink's timings) by how many input
+    files each took (its rows over a file's, rounded), with the medians of the batch
+    (``triggerExecution``), of the Spark job that computes it (the sink's ``compute``) and of
+    what ``addBatch`` spends after that job (the split and the Delta writes)."""
+    by_files: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for p in progress:
+        sink = sinks.get(p["batchId"])
+        if p["batchId"] < first_batch or not sink or "compute" not in sink:
+            continue
+        files = max(1, round(p["numInputRows"] / rows_per_file))
+        durations = p["durationMs"]
+        after = durations.get("addBatch", 0) - sink["compute"]
+        by_files[files].append((durations.get("triggerExecution", 0), sink["compute"], after))
+    lines = []
+    for files, batches in sorted(by_files.items()):
+        batch, compute, after = (statistics.median(b[i] for b in batches) for i in range(3))
+        lines.append(
+            f"steady batches of {files} file{'s' if files > 1 else ''}: {len(batches)}, "
+            f"medians: batch {batch:.0f} ms, compute {compute:.0f}, after compute {after:.0f}"
+        )
+    return lines
 
 
 def encode_slots(slots: list[list[dict[str, Any]]]) -> list[list[str]]:
@@ -587,7 +623,7 @@ def main() -> int:
                 if figures["cores"] is not None:
                     print(f"  {describe(figures['cores'])}", flush=True)
                 if args.phases:
-                    for phase in figures["phases"]:
+                    for phase in figures["phases"] + figures["steady"]:
                         print(f"  {phase}", flush=True)
                 if args.windows:
                     answers, first = figures["answers"], figures["first_drop_ms"]

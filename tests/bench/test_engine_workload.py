@@ -71,3 +71,34 @@ def test_a_run_too_short_for_heartbeats_still_builds(seconds: int) -> None:
     slots = engine_bench.workload(30, seconds, spread_silence=True)
     assert len(slots) == seconds
     assert sum(1 for s in slots for e in s if e["type"] == "join") == 30
+
+
+def progress(batch_id: int, rows: int, total_ms: int, add_batch_ms: int) -> dict[str, Any]:
+    return {
+        "batchId": batch_id,
+        "numInputRows": rows,
+        "durationMs": {"triggerExecution": total_ms, "addBatch": add_batch_ms},
+    }
+
+
+def test_steady_batches_are_summed_up_by_their_input_files() -> None:
+    batches = [
+        progress(14, 10_000, 9_000, 8_000),  # before the steady state
+        progress(15, 10_300, 1_200, 1_100),
+        progress(16, 9_800, 1_000, 900),
+        progress(17, 10_100, 1_400, 1_300),
+        progress(18, 20_500, 2_000, 1_900),
+        progress(19, 10_000, 5_000, 4_900),  # no sink timings: not counted
+    ]
+    sinks = {
+        14: {"compute": 7_000},
+        15: {"compute": 800, "groups": 150},
+        16: {"compute": 700},
+        17: {"compute": 1_000},
+        18: {"compute": 1_500},
+        19: {},
+    }
+    assert engine_bench.steady_by_files(batches, sinks, rows_per_file=10_200) == [
+        "steady batches of 1 file: 3, medians: batch 1200 ms, compute 800, after compute 300",
+        "steady batches of 2 files: 1, medians: batch 2000 ms, compute 1500, after compute 400",
+    ]
