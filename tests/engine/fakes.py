@@ -11,6 +11,19 @@ from typing import Any
 from controlplane.core.runtime import RunResult, TimedEvent
 
 
+class BatchFrame:
+    """What foreachBatch hands the sink, as far as the sink reads it: the batch as Arrow, and
+    no session (a test gives the sink its writer)."""
+
+    sparkSession = None
+
+    def __init__(self, arrow: Any) -> None:
+        self.arrow = arrow
+
+    def toArrow(self) -> Any:
+        return self.arrow
+
+
 class CountingRunner:
     """Counts a key's events; each event arms a timer ``timeout_ms`` after it; ``forget``
     drops the key. Rows: a ``decisions`` row per event (``generation_id`` = the count,

@@ -26,7 +26,7 @@ from controlplane.engine.options import Keying, TimeMode
 from controlplane.engine.queries import CoordinatorRunners, QuotaKeyer, QuotaRunners
 from controlplane.engine.reload import SettingsSource
 from controlplane.io.sinks import latest_per_group, to_arrow, with_deleted
-from engine.fakes import FakeGroupState
+from engine.fakes import BatchFrame, FakeGroupState
 from engine.test_bad_input_fuzz import GROUP_EVENTS, QUOTA_EVENTS, SETTINGS, damaged_line
 
 BATCH_TIMES = (1_700_000_000_000, 1_700_000_060_000)
@@ -164,16 +164,6 @@ def test_a_row_arrow_refuses_goes_through_json_as_the_per_row_path() -> None:
     assert figures["keys_called"] == 1
 
 
-class NoWriter:
-    sparkSession = None
-
-    def __init__(self, arrow: pa.Table) -> None:
-        self.arrow = arrow
-
-    def toArrow(self) -> pa.Table:
-        return self.arrow
-
-
 def test_an_idle_batch_opens_no_writer_and_leaves_its_figures() -> None:
     sink = BatchSink("idle-test", ("decisions", "groups"), "/nowhere", "/nowhere")
 
@@ -182,7 +172,7 @@ def test_an_idle_batch_opens_no_writer_and_leaves_its_figures() -> None:
 
     sink.writer = no_writer  # type: ignore[method-assign]
     empty = pa.table({"table": pa.array([], pa.string()), "rows": pa.array([], pa.binary())})
-    sink(NoWriter(empty), 9)
+    sink(BatchFrame(empty), 9)
     assert progress.take("idle-test", 9) == {
         "events": 0,
         "rejected": 0,
@@ -213,7 +203,7 @@ def test_a_batch_s_timings_are_a_debug_record(caplog: pytest.LogCaptureFixture) 
     sink.writer = lambda spark: writer  # type: ignore[method-assign]
     batch = envelope.envelope_table([("decisions", {"event_id": "e", "group_id": "g"})])
     with caplog.at_level("DEBUG", logger="controlplane.engine.batch"):
-        sink(NoWriter(batch), 4)
+        sink(BatchFrame(batch), 4)
     progress.take("timed-test", 4)
     (record,) = [r for r in caplog.records if hasattr(r, SINK_TIMINGS)]
     assert record.levelname == "DEBUG"

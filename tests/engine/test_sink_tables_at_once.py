@@ -8,29 +8,19 @@ import threading
 import time
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from controlplane.engine import envelope, progress
 from controlplane.engine.batch import BatchSink
 from controlplane.io.sinks import DeltaRsWriter, NativeDeltaWriter
+from engine.fakes import BatchFrame
 
 TABLES = ("decisions", "group_events", "groups")
 
 
-class Frame:
-    sparkSession = None
-
-    def __init__(self, arrow: pa.Table) -> None:
-        self.arrow = arrow
-
-    def toArrow(self) -> pa.Table:
-        return self.arrow
-
-
-def a_batch() -> Frame:
+def a_batch() -> BatchFrame:
     """One row for each of TABLES."""
-    return Frame(
+    return BatchFrame(
         envelope.envelope_table(
             [
                 ("decisions", {"event_id": "e", "group_id": "g"}),
