@@ -24,6 +24,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("maintenance",): ("controlplane.cli.maintenance", "compact and vacuum the Delta tables"),
     ("job",): ("controlplane.cli.job", "run the streaming queries (coordinator, quota or all)"),
     ("demo",): ("controlplane.cli.demo", "the main job: engine + a fleet of real clients, locally"),
+    ("class-archive",): (
+        "controlplane.cli.class_archive",
+        "build the local JVM's class archive (a quicker job start; make setup runs it)",
+    ),
     ("kafka-broker",): (
         "controlplane.cli.kafka_broker",
         "a local single-node Kafka broker for the jobs (Ctrl-C stops it)",

@@ -1,6 +1,7 @@
 """A local session starts its JVM with the parallel collector (engine/session.py,
-``local_java_options``) unless a collector is chosen anywhere else, and keeps the default Java
-options of spark-defaults.conf, which its own ``--conf`` would otherwise replace."""
+``local_java_options``) unless a collector is chosen anywhere else, maps the class archive when
+there is one (engine/class_archive.py), and keeps the default Java options of
+spark-defaults.conf, which its own ``--conf`` would otherwise replace."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.engine import class_archive
 from controlplane.engine.session import (
     LOCAL_JAVA_OPTIONS,
     LOCAL_JAVA_OPTIONS_KEY,
     local_java_options,
+    pyspark_jars_dir,
     spark_defaults,
 )
 
@@ -20,12 +23,25 @@ ENVIRONMENT = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_J
 
 @pytest.fixture
 def conf_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty SPARK_CONF_DIR, no JVM options in the environment, no spark-submit."""
+    """An empty SPARK_CONF_DIR, no JVM options in the environment, no spark-submit, no class
+    archive."""
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.delenv(class_archive.SWITCH_ENV, raising=False)
     for name in ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
+    archives = tmp_path / "archives"
+    monkeypatch.setattr(class_archive, "archive_dir", lambda: archives)
     return tmp_path
+
+
+def an_archive() -> str:
+    """The class archive of this JDK and pyspark, in the fixture's folder; its option."""
+    java = class_archive.require_java("the test")
+    path = class_archive.archive_path(Path(java), pyspark_jars_dir())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"archive")
+    return f"-XX:SharedArchiveFile={path}"
 
 
 def defaults_file(conf_dir: Path, text: str) -> None:
@@ -99,3 +115,29 @@ def test_spark_defaults_reads_the_file_spark_submit_reads(
     assert spark_defaults() == {"g.h": "5"}
     monkeypatch.setenv("SPARK_CONF_DIR", str(home / "nowhere"))
     assert spark_defaults() == {}
+
+
+def test_the_class_archive_after_the_collector_and_before_spark_defaults(conf_dir: Path) -> None:
+    defaults_file(conf_dir, "spark.driver.defaultJavaOptions -Dsite=1\n")
+    archive = an_archive()
+    assert local_java_options() == {
+        LOCAL_JAVA_OPTIONS_KEY: f"-XX:+UseParallelGC {archive} -Dsite=1"
+    }
+
+
+def test_the_class_archive_without_the_collector_chosen_elsewhere(
+    conf_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = an_archive()
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:+UseG1GC")
+    assert local_java_options() == {LOCAL_JAVA_OPTIONS_KEY: archive}
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:+UseG1GC -Xshare:off")
+    assert local_java_options() == {}
+
+
+def test_no_class_archive_when_spark_submit_started_the_jvm(
+    conf_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    an_archive()
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
+    assert local_java_options() == {}

@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from controlplane.engine import class_archive
 from controlplane.jvm import SPARK_JARS, MissingJvm, jar_paths, jars_root
 
 log = logging.getLogger(__name__)
@@ -171,21 +172,27 @@ _DRIVER_JAVA_OPTIONS = (LOCAL_JAVA_OPTIONS_KEY, "spark.driver.extraJavaOptions")
 
 
 def local_java_options(extra_conf: dict[str, str] | None = None) -> dict[str, str]:
-    """The driver's default Java options of a local session: the parallel collector, before
-    the default options spark-defaults.conf gives (a session's ``--conf`` replaces that file's
-    value, so it is carried over, after ours). Nothing when a collector is chosen anywhere else
-    (the environment, spark-defaults.conf, the session's own conf): two collectors stop the JVM,
-    and the one chosen there is meant. Nothing either when spark-submit started the JVM."""
+    """The driver's default Java options of a local session: the parallel collector and the
+    class archive (``engine.class_archive``), before the default options spark-defaults.conf
+    gives (a session's ``--conf`` replaces that file's value, so it is carried over, after
+    ours). No collector when one is chosen anywhere else (the environment, spark-defaults.conf,
+    the session's own conf): two collectors stop the JVM, and the one chosen there is meant;
+    no archive when there is none for this JDK and pyspark, or when class sharing is chosen
+    there. Nothing when spark-submit started the JVM."""
     if started_by_spark_submit():
         return {}
     defaults = spark_defaults()
     places = [os.environ.get(name, "") for name in _JAVA_OPTION_VARIABLES]
     places += [(extra_conf or {}).get(key, "") for key in _DRIVER_JAVA_OPTIONS]
     places += [defaults.get(key, "") for key in _DRIVER_JAVA_OPTIONS]
-    if any(_COLLECTOR_FLAG.search(place) for place in places):
+    ours = [] if any(_COLLECTOR_FLAG.search(place) for place in places) else [LOCAL_JAVA_OPTIONS]
+    archive = class_archive.java_option(pyspark_jars_dir(), places)
+    if archive is not None:
+        ours.append(archive)
+    if not ours:
         return {}
     theirs = defaults.get(LOCAL_JAVA_OPTIONS_KEY, "").strip()
-    return {LOCAL_JAVA_OPTIONS_KEY: f"{LOCAL_JAVA_OPTIONS} {theirs}".strip()}
+    return {LOCAL_JAVA_OPTIONS_KEY: " ".join([*ours, theirs]).strip()}
 
 
 _PROPERTY = re.compile(r"([^\s=:]+)(?:\s*[=:]\s*|\s+)(.*)$")

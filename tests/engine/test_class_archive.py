@@ -1,0 +1,197 @@
+"""The local JVM's class archive (engine/class_archive.py): which archive a local session maps,
+when it maps none, and how one is built and put in place."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.engine import class_archive
+from controlplane.engine.class_archive import ArchiveFailed, archive_path, build, java_option
+
+CLASS_PATH_ENV = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
+
+
+@pytest.fixture
+def jdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A JDK's layout (bin/java, release), Spark's jars, an empty archive folder, and an
+    environment that puts nothing else on the class path."""
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "java").write_text("#!/bin/sh\n")
+    (home / "bin" / "java").chmod(0o755)
+    (home / "release").write_text('JAVA_VERSION="17.0.9"\n')
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    for name in (*CLASS_PATH_ENV, class_archive.SWITCH_ENV):
+        monkeypatch.delenv(name, raising=False)
+    archives = tmp_path / "archives"
+    monkeypatch.setattr(class_archive, "archive_dir", lambda: archives)
+    return home
+
+
+@pytest.fixture
+def spark_jars(tmp_path: Path) -> Path:
+    jars = tmp_path / "pyspark" / "jars"
+    jars.mkdir(parents=True)
+    for name in ("spark-core_2.13-4.2.0.jar", "spark-sql_2.13-4.2.0.jar"):
+        (jars / name).write_bytes(b"jar")
+    return jars
+
+
+def java(jdk: Path) -> Path:
+    return jdk / "bin" / "java"
+
+
+def place_archive(jdk: Path, spark_jars: Path) -> Path:
+    path = archive_path(java(jdk), spark_jars)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"archive")
+    return path
+
+
+def test_a_session_maps_the_archive_built_for_its_jdk_and_jars(jdk: Path, spark_jars: Path) -> None:
+    path = place_archive(jdk, spark_jars)
+    assert java_option(spark_jars, []) == f"-XX:SharedArchiveFile={path}"
+
+
+def test_without_an_archive_a_session_maps_none(jdk: Path, spark_jars: Path) -> None:
+    assert java_option(spark_jars, []) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "another JDK build",
+        "another jar",
+        "a jar of another size",
+        "a conf folder",
+        "a Hadoop conf folder",
+    ],
+)
+def test_an_archive_is_for_one_jdk_and_one_class_path(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    before = archive_path(java(jdk), spark_jars)
+    if change == "another JDK build":
+        (jdk / "release").write_text('JAVA_VERSION="17.0.10"\n')
+    elif change == "another jar":
+        (spark_jars / "extra.jar").write_bytes(b"jar")
+    elif change == "a jar of another size":
+        (spark_jars / "spark-core_2.13-4.2.0.jar").write_bytes(b"a bigger jar")
+    elif change == "a conf folder":
+        monkeypatch.setenv("SPARK_CONF_DIR", "/etc/spark")
+    else:
+        monkeypatch.setenv("HADOOP_CONF_DIR", "/etc/hadoop")
+    assert archive_path(java(jdk), spark_jars) != before
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "-Xshare:off",
+        "-XX:SharedArchiveFile=/their.jsa",
+        "-XX:ArchiveClassesAtExit=/dump.jsa",
+        "-XX:+AutoCreateSharedArchive",
+    ],
+)
+def test_class_sharing_chosen_elsewhere_is_left_alone(
+    jdk: Path, spark_jars: Path, option: str
+) -> None:
+    place_archive(jdk, spark_jars)
+    assert java_option(spark_jars, ["-Xmx2g", f"-Dx=1 {option}"]) is None
+    assert java_option(spark_jars, ["-Xmx2g -XX:+UseG1GC"]) is not None
+
+
+def test_the_switch_turns_it_off(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    place_archive(jdk, spark_jars)
+    monkeypatch.setenv(class_archive.SWITCH_ENV, "off")
+    assert java_option(spark_jars, []) is None
+    monkeypatch.setenv(class_archive.SWITCH_ENV, "on")
+    assert java_option(spark_jars, []) is not None
+
+
+def test_without_java_a_session_maps_none(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    place_archive(jdk, spark_jars)
+    monkeypatch.setenv("JAVA_HOME", str(jdk.parent / "nowhere"))
+    monkeypatch.setenv("PATH", str(jdk.parent / "nowhere"))
+    assert java_option(spark_jars, []) is None
+
+
+class FakeJob:
+    """subprocess.run for the archive's child job: records the call, writes the dump."""
+
+    def __init__(self, returncode: int = 0, dump: bytes | None = b"classes") -> None:
+        self.returncode = returncode
+        self.dump = dump
+        self.env: dict[str, str] = {}
+
+    def __call__(self, command: list[str], *, env: dict[str, str], **_: Any) -> Any:
+        self.env = env
+        option = next(o for o in env["SPARK_SUBMIT_OPTS"].split() if "ArchiveClassesAtExit" in o)
+        if self.dump is not None:
+            Path(option.split("=", 1)[1]).write_bytes(self.dump)
+        return subprocess.CompletedProcess(command, self.returncode)
+
+
+def test_a_build_puts_the_dump_in_place_and_removes_other_archives(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = FakeJob()
+    monkeypatch.setattr(subprocess, "run", job)
+    stale = class_archive.archive_dir() / "spark-0123456789abcdef.jsa"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xshare:off")
+    path = build(spark_jars)
+    assert path == archive_path(java(jdk), spark_jars)
+    assert path.read_bytes() == b"classes"
+    assert not stale.exists()
+    assert "JAVA_TOOL_OPTIONS" not in job.env  # nothing that fights the dump
+    assert java_option(spark_jars, []) == f"-XX:SharedArchiveFile={path}"
+
+
+def test_a_built_archive_is_kept_unless_forced(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = place_archive(jdk, spark_jars)
+    job = FakeJob(dump=b"new classes")
+    monkeypatch.setattr(subprocess, "run", job)
+    assert build(spark_jars) == path
+    assert path.read_bytes() == b"archive"
+    assert build(spark_jars, force=True) == path
+    assert path.read_bytes() == b"new classes"
+
+
+@pytest.mark.parametrize(
+    ("returncode", "dump"), [(1, b"classes"), (0, None), (0, b"")], ids=["fails", "none", "empty"]
+)
+def test_a_job_that_leaves_no_archive_fails_the_build_and_places_nothing(
+    jdk: Path,
+    spark_jars: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    returncode: int,
+    dump: bytes | None,
+) -> None:
+    monkeypatch.setattr(subprocess, "run", FakeJob(returncode, dump))
+    with pytest.raises(ArchiveFailed):
+        build(spark_jars)
+    assert java_option(spark_jars, []) is None
+
+
+def test_a_conf_folder_with_files_cannot_be_archived(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("spark.eventLog.enabled true\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    monkeypatch.setattr(subprocess, "run", FakeJob())
+    with pytest.raises(ArchiveFailed, match="not empty"):
+        build(spark_jars)

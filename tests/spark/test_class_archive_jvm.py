@@ -1,0 +1,78 @@
+"""A real JVM maps the class archive a local session names (engine/class_archive.py): the
+archive of this JDK and pyspark (the one ``make setup`` built, else one built here into a
+temporary folder) is accepted by the JVM of ``build_local_session``, whose class path it
+was fingerprinted for. The JVM ignores a mismatched archive silently, so the test counts the
+classes it loaded from the archive."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from controlplane.engine import class_archive
+from controlplane.engine.session import pyspark_jars_dir
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SESSION = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from controlplane.engine import class_archive
+    class_archive.archive_dir = lambda: Path(sys.argv[1])
+    from controlplane.engine.session import build_local_session
+    spark = build_local_session("class-archive-test", master="local[1]")
+    assert spark.range(3).count() == 3
+    spark.stop()
+    """
+)
+
+
+def classes_by_source(log: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if "source: " in line:
+            source = line.split("source: ", 1)[1]
+            kind = source if source.startswith("shared objects file") else "elsewhere"
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def test_the_session_s_jvm_loads_its_classes_from_the_archive(tmp_path: Path) -> None:
+    archives = class_archive.archive_dir()
+    java = Path(class_archive.require_java("the test"))
+    if not class_archive.archive_path(java, pyspark_jars_dir()).is_file():
+        archives = tmp_path / "archives"
+        original = class_archive.archive_dir
+        class_archive.archive_dir = lambda: archives  # type: ignore[assignment]
+        try:
+            class_archive.build(pyspark_jars_dir())
+        finally:
+            class_archive.archive_dir = original  # type: ignore[assignment]
+    log = tmp_path / "classes.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), str(ROOT / "tests")]),
+        "JAVA_TOOL_OPTIONS": f"-Xlog:class+load=info:file={log}",
+    }
+    env.pop(class_archive.SWITCH_ENV, None)
+    for switched in (False, True):
+        if switched:
+            env[class_archive.SWITCH_ENV] = "off"
+        log.unlink(missing_ok=True)
+        command = [sys.executable, "-c", SESSION, str(archives)]
+        subprocess.run(command, env=env, check=True, timeout=300, capture_output=True)
+        counts = classes_by_source(log)
+        from_archive = counts.get("shared objects file (top)", 0)
+        if switched:
+            assert from_archive == 0, counts
+        else:
+            assert from_archive > 5000, counts  # Spark's own classes, parsed and verified
+            assert from_archive > counts.get("elsewhere", 0), counts
