@@ -10,22 +10,19 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 JARS    := $(VENV)/jars
 JARSTAMP := $(JARS)/.fetched
-# the local JVM's class archive (docs/engine.md, "The JVM's class archive"): a quicker job start
-ARCHSTAMP := $(VENV)/class-archive/.built
 MVN     ?= mvn
 VENV40  := .venv-spark40
 BIN40   := $(VENV40)/bin
 STAMP40 := $(VENV40)/.installed
 JARS40  := $(VENV40)/jars
 JARSTAMP40 := $(JARS40)/.fetched
-ARCHSTAMP40 := $(VENV40)/class-archive/.built
 # Databricks Runtime 17.3 LTS runs Python 3.12: the leg takes the first 3.12 it finds, else $(PY).
 PY40    ?= python3.12
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 export PYTHONPATH := $(abspath lib):$(abspath tests)
 
-.PHONY: wheel-check help setup setup-spark40 test-spark40 test-main demo demo-kafka kafka test test-fast test-spark test-kafka lint bench replay-sample clean
+.PHONY: class-archive class-archive-spark40 wheel-check help setup setup-spark40 test-spark40 test-main demo demo-kafka kafka test test-fast test-spark test-kafka lint bench replay-sample clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -47,13 +44,16 @@ $(JARSTAMP): jvm/spark/pom.xml jvm/broker/pom.xml
 	@du -sh $(JARS)/spark $(JARS)/broker
 	@touch $(JARSTAMP)
 
-# An optimisation only: a failed build says why and local jobs start as before.
-$(ARCHSTAMP): $(STAMP) $(JARSTAMP)
+# The local JVM's class archive (docs/engine.md, "The JVM's class archive"): a quicker Spark
+# start. Run every time: it returns at once when the archive for this Java and class path is
+# there, and builds it (about 40 s) when not. An optimisation only: a failure says why (a
+# failed build is not tried again until `python -m controlplane class-archive --force`), and
+# local Spark sessions start as before.
+class-archive: $(STAMP) $(JARSTAMP) ## build the local JVM's class archive, unless it is there
 	@$(BIN)/python -m controlplane class-archive \
-	  || echo "make: no JVM class archive; local jobs start as before (about 4 s slower)" >&2
-	@mkdir -p $(dir $@) && touch $@
+	  || echo "make: no JVM class archive; local Spark sessions start as before (about 4 s slower)" >&2
 
-setup: $(STAMP) $(JARSTAMP) $(ARCHSTAMP) ## create .venv, install the pinned Python packages, fetch the pinned jars, build the JVM's class archive
+setup: $(STAMP) $(JARSTAMP) class-archive ## create .venv, install the pinned Python packages, fetch the pinned jars, build the JVM's class archive
 
 $(STAMP40): pyproject.toml constraints/spark40.txt
 	@test -x $(BIN40)/python || for py in $(PY40) $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(PY) python3; do \
@@ -74,15 +74,14 @@ $(JARSTAMP40): jvm/spark40/pom.xml jvm/broker/pom.xml
 	  -DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS40))/broker
 	@touch $(JARSTAMP40)
 
-$(ARCHSTAMP40): $(STAMP40) $(JARSTAMP40)
+class-archive-spark40: $(STAMP40) $(JARSTAMP40)
 	@PYSPARK_PYTHON=$(abspath $(BIN40)/python) PYSPARK_DRIVER_PYTHON=$(abspath $(BIN40)/python) \
 	  CONTROLPLANE_JARS=$(abspath $(JARS40)) $(BIN40)/python -m controlplane class-archive \
 	  || echo "make: no JVM class archive for the Spark 4.0 leg; its sessions start as before" >&2
-	@mkdir -p $(dir $@) && touch $@
 
-setup-spark40: $(STAMP40) $(JARSTAMP40) $(ARCHSTAMP40) ## the Spark 4.0 leg's .venv-spark40 and its jars
+setup-spark40: $(STAMP40) $(JARSTAMP40) class-archive-spark40 ## the Spark 4.0 leg's .venv-spark40 and its jars
 
-demo: $(STAMP) $(JARSTAMP) $(ARCHSTAMP) ## set up, then run the main job on the embedded local default
+demo: $(STAMP) $(JARSTAMP) class-archive ## set up, then run the main job on the embedded local default
 	$(BIN)/python -m controlplane demo --config conf/demo.yaml
 
 demo-kafka: $(STAMP) $(JARSTAMP) ## the same demo over Kafka: a local broker, request and answers topics
@@ -103,7 +102,7 @@ lint: $(STAMP) ## ruff, mypy and the import contracts that keep the core pure
 
 test: test-main test-spark40 ## set up, lint, run every test (unit, property, Spark, Kafka), then the Spark 4.0 leg
 
-test-main: $(STAMP) $(JARSTAMP) $(ARCHSTAMP) lint wheel-check ## set up, lint, then every test on the main leg (pyspark 4.2) only
+test-main: $(STAMP) $(JARSTAMP) class-archive lint wheel-check ## set up, lint, then every test on the main leg (pyspark 4.2) only
 	$(BIN)/python -m pytest -q
 
 wheel-check: $(STAMP) ## the wheel installs on Python 3.12 (Databricks Runtime 17.3 LTS), resolved offline of this venv
@@ -125,7 +124,7 @@ test-kafka: $(STAMP) $(JARSTAMP) ## only the tests against a local Kafka broker
 # The second leg: what touches Spark, pandas or Arrow (tests/engine, tests/spark) on Spark 4.0,
 # in .venv-spark40 with its own jars. TESTS="..." narrows it.
 TESTS ?= tests/engine tests/spark
-test-spark40: $(STAMP40) $(JARSTAMP40) $(ARCHSTAMP40) ## the Spark-dependent tests on Spark 4.0 (Databricks Runtime 17.3 LTS's)
+test-spark40: $(STAMP40) $(JARSTAMP40) class-archive-spark40 ## the Spark-dependent tests on Spark 4.0 (Databricks Runtime 17.3 LTS's)
 	PYSPARK_PYTHON=$(abspath $(BIN40)/python) PYSPARK_DRIVER_PYTHON=$(abspath $(BIN40)/python) \
 	  CONTROLPLANE_JARS=$(abspath $(JARS40)) $(BIN40)/python -m pytest -q $(TESTS)
 

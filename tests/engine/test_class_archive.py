@@ -3,16 +3,23 @@ when it maps none, and how one is built and put in place."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controlplane.engine import class_archive
-from controlplane.engine.class_archive import ArchiveFailed, archive_path, build, java_option
-
-CLASS_PATH_ENV = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
+from controlplane.engine.class_archive import (
+    CLASS_PATH_ENV,
+    JAVA_OPTION_VARIABLES,
+    ArchiveFailed,
+    archive_path,
+    build,
+    java_option,
+)
 
 
 @pytest.fixture
@@ -25,7 +32,7 @@ def jdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (home / "bin" / "java").chmod(0o755)
     (home / "release").write_text('JAVA_VERSION="17.0.9"\n')
     monkeypatch.setenv("JAVA_HOME", str(home))
-    for name in (*CLASS_PATH_ENV, class_archive.SWITCH_ENV):
+    for name in (*CLASS_PATH_ENV, *JAVA_OPTION_VARIABLES, class_archive.SWITCH_ENV):
         monkeypatch.delenv(name, raising=False)
     archives = tmp_path / "archives"
     monkeypatch.setattr(class_archive, "archive_dir", lambda: archives)
@@ -67,6 +74,7 @@ def test_without_an_archive_a_session_maps_none(jdk: Path, spark_jars: Path) -> 
         "another JDK build",
         "another jar",
         "a jar of another size",
+        "a jar written again",
         "a conf folder",
         "a Hadoop conf folder",
     ],
@@ -81,6 +89,10 @@ def test_an_archive_is_for_one_jdk_and_one_class_path(
         (spark_jars / "extra.jar").write_bytes(b"jar")
     elif change == "a jar of another size":
         (spark_jars / "spark-core_2.13-4.2.0.jar").write_bytes(b"a bigger jar")
+    elif change == "a jar written again":  # same size (a reinstall): the JVM checks its time
+        jar = spark_jars / "spark-core_2.13-4.2.0.jar"
+        stat = jar.stat()
+        os.utime(jar, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     elif change == "a conf folder":
         monkeypatch.setenv("SPARK_CONF_DIR", "/etc/spark")
     else:
@@ -95,6 +107,7 @@ def test_an_archive_is_for_one_jdk_and_one_class_path(
         "-XX:SharedArchiveFile=/their.jsa",
         "-XX:ArchiveClassesAtExit=/dump.jsa",
         "-XX:+AutoCreateSharedArchive",
+        "-XX:-UseSharedSpaces",
     ],
 )
 def test_class_sharing_chosen_elsewhere_is_left_alone(
@@ -103,6 +116,24 @@ def test_class_sharing_chosen_elsewhere_is_left_alone(
     place_archive(jdk, spark_jars)
     assert java_option(spark_jars, ["-Xmx2g", f"-Dx=1 {option}"]) is None
     assert java_option(spark_jars, ["-Xmx2g -XX:+UseG1GC"]) is not None
+
+
+@pytest.mark.parametrize("extended", [False, True])
+def test_an_extended_driver_class_path_gets_none(
+    jdk: Path, spark_jars: Path, extended: bool
+) -> None:
+    place_archive(jdk, spark_jars)
+    option = java_option(spark_jars, [], extra_class_path=extended)
+    assert (option is None) is extended
+
+
+def test_an_archive_path_with_a_space_is_not_named(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spaced = tmp_path / "my archives"
+    monkeypatch.setattr(class_archive, "archive_dir", lambda: spaced)
+    place_archive(jdk, spark_jars)
+    assert java_option(spark_jars, []) is None  # the launcher would split the option
 
 
 def test_the_switch_turns_it_off(
@@ -127,33 +158,45 @@ def test_without_java_a_session_maps_none(
 class FakeJob:
     """subprocess.run for the archive's child job: records the call, writes the dump."""
 
-    def __init__(self, returncode: int = 0, dump: bytes | None = b"classes") -> None:
+    def __init__(
+        self, returncode: int = 0, dump: bytes | None = b"classes", *, hangs: bool = False
+    ) -> None:
         self.returncode = returncode
         self.dump = dump
+        self.hangs = hangs
         self.env: dict[str, str] = {}
+        self.calls = 0
 
     def __call__(self, command: list[str], *, env: dict[str, str], **_: Any) -> Any:
         self.env = env
+        self.calls += 1
+        if self.hangs:
+            raise subprocess.TimeoutExpired(command, class_archive.BUILD_TIMEOUT_S)
         option = next(o for o in env["SPARK_SUBMIT_OPTS"].split() if "ArchiveClassesAtExit" in o)
         if self.dump is not None:
             Path(option.split("=", 1)[1]).write_bytes(self.dump)
         return subprocess.CompletedProcess(command, self.returncode)
 
 
-def test_a_build_puts_the_dump_in_place_and_removes_other_archives(
+def test_a_build_puts_the_dump_in_place_and_keeps_one_other_archive(
     jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = FakeJob()
     monkeypatch.setattr(subprocess, "run", job)
-    stale = class_archive.archive_dir() / "spark-0123456789abcdef.jsa"
-    stale.parent.mkdir(parents=True)
-    stale.write_bytes(b"old")
-    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xshare:off")
+    folder = class_archive.archive_dir()
+    folder.mkdir(parents=True)
+    older, newer = folder / "spark-0000000000000000.jsa", folder / "spark-1111111111111111.jsa"
+    for age, old in ((200, older), (100, newer)):
+        old.write_bytes(b"old")
+        os.utime(old, (time.time() - age, time.time() - age))
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-Dtheirs=1")
     path = build(spark_jars)
     assert path == archive_path(java(jdk), spark_jars)
     assert path.read_bytes() == b"classes"
-    assert not stale.exists()
-    assert "JAVA_TOOL_OPTIONS" not in job.env  # nothing that fights the dump
+    assert newer.exists()  # another JDK's or class path's, in use beside this one
+    assert not older.exists()
+    assert sorted(p.name for p in folder.iterdir()) == sorted([path.name, newer.name])
+    assert job.env["SPARK_SUBMIT_OPTS"].startswith("-Dtheirs=1 -XX:ArchiveClassesAtExit=")
     assert java_option(spark_jars, []) == f"-XX:SharedArchiveFile={path}"
 
 
@@ -170,28 +213,61 @@ def test_a_built_archive_is_kept_unless_forced(
 
 
 @pytest.mark.parametrize(
-    ("returncode", "dump"), [(1, b"classes"), (0, None), (0, b"")], ids=["fails", "none", "empty"]
+    "job",
+    [FakeJob(1, b"classes"), FakeJob(0, None), FakeJob(0, b""), FakeJob(hangs=True)],
+    ids=["fails", "none", "empty", "hangs"],
 )
 def test_a_job_that_leaves_no_archive_fails_the_build_and_places_nothing(
-    jdk: Path,
-    spark_jars: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    returncode: int,
-    dump: bytes | None,
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, job: FakeJob
 ) -> None:
-    monkeypatch.setattr(subprocess, "run", FakeJob(returncode, dump))
+    monkeypatch.setattr(subprocess, "run", job)
     with pytest.raises(ArchiveFailed):
         build(spark_jars)
     assert java_option(spark_jars, []) is None
+    assert [p.suffix for p in class_archive.archive_dir().iterdir()] == [".failed"]
 
 
-def test_a_conf_folder_with_files_cannot_be_archived(
-    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+def test_a_failed_build_is_not_run_again_until_forced(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = FakeJob(1)
+    monkeypatch.setattr(subprocess, "run", failing)
+    with pytest.raises(ArchiveFailed, match="exited with 1"):
+        build(spark_jars)
+    with pytest.raises(ArchiveFailed, match=r"the last build failed: .*exited with 1.*--force"):
+        build(spark_jars)
+    assert failing.calls == 1
+    working = FakeJob()
+    monkeypatch.setattr(subprocess, "run", working)
+    path = build(spark_jars, force=True)
+    assert working.calls == 1
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # the reason is gone too
+
+
+@pytest.mark.parametrize("variable", JAVA_OPTION_VARIABLES)
+def test_class_sharing_chosen_in_the_environment_fails_before_the_job(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    job = FakeJob()
+    monkeypatch.setattr(subprocess, "run", job)
+    monkeypatch.setenv(variable, "-Xmx1g -Xshare:off")
+    with pytest.raises(ArchiveFailed, match=variable):
+        build(spark_jars)
+    assert job.calls == 0
+
+
+@pytest.mark.parametrize("variable", ["SPARK_CONF_DIR", "HADOOP_CONF_DIR", "SPARK_DIST_CLASSPATH"])
+def test_a_class_path_folder_with_files_cannot_be_archived(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str
 ) -> None:
     conf = tmp_path / "conf"
     conf.mkdir()
-    (conf / "spark-defaults.conf").write_text("spark.eventLog.enabled true\n")
-    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
-    monkeypatch.setattr(subprocess, "run", FakeJob())
+    job = FakeJob()
+    monkeypatch.setattr(subprocess, "run", job)
+    entries = [str(conf)] if variable == "SPARK_CONF_DIR" else ["/opt/lib/*", str(conf)]
+    monkeypatch.setenv(variable, os.pathsep.join(entries))
+    build(spark_jars, force=True)  # an empty folder is fine
+    (conf / "site.xml").write_text("<configuration/>\n")
     with pytest.raises(ArchiveFailed, match="not empty"):
-        build(spark_jars)
+        build(spark_jars, force=True)
+    assert job.calls == 1

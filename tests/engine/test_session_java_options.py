@@ -32,11 +32,15 @@ def conf_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     archives = tmp_path / "archives"
     monkeypatch.setattr(class_archive, "archive_dir", lambda: archives)
+    jdk = tmp_path / "jdk"
+    (jdk / "bin").mkdir(parents=True)
+    (jdk / "bin" / "java").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("JAVA_HOME", str(jdk))  # no JVM runs: a JDK's layout is enough
     return tmp_path
 
 
 def an_archive() -> str:
-    """The class archive of this JDK and pyspark, in the fixture's folder; its option."""
+    """The class archive of the fixture's JDK and this pyspark, in its folder; its option."""
     java = class_archive.require_java("the test")
     path = class_archive.archive_path(Path(java), pyspark_jars_dir())
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,3 +145,17 @@ def test_no_class_archive_when_spark_submit_started_the_jvm(
     an_archive()
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
     assert local_java_options() == {}
+
+
+@pytest.mark.parametrize(
+    "key", ["spark.driver.extraClassPath", "spark.driver.defaultExtraClassPath"]
+)
+def test_no_class_archive_when_the_driver_s_class_path_is_extended(
+    conf_dir: Path, key: str
+) -> None:
+    an_archive()
+    assert local_java_options({key: "/opt/site.jar"}) == {
+        LOCAL_JAVA_OPTIONS_KEY: "-XX:+UseParallelGC"
+    }
+    defaults_file(conf_dir, f"{key} /opt/site.jar\n")
+    assert local_java_options() == {LOCAL_JAVA_OPTIONS_KEY: "-XX:+UseParallelGC"}

@@ -1,25 +1,27 @@
 """The local JVM's class archive: the classes a job loads, kept ready to map at its next start.
 
-A local job's JVM loads and verifies some 20,000 classes from Spark's jars before its first
-batch can run: the session, the streaming query, the file source, the shuffle, the stateful
-operator and its Python runner, the state store. Java's class-data sharing (AppCDS) keeps
-them, parsed and verified, in an archive file the next JVM maps instead: a restarted job
-answered its first request 4-5 s sooner (docs/benchmarks/engine.md, issue 14, twelfth
-session). Java 17 writes such an archive only when a JVM started with
+A local job's JVM loads and verifies some 14,000 classes, most of them from Spark's jars,
+before its first batch can run: the session, the streaming query, the file source, the
+shuffle, the stateful operator and its Python runner, the state store. Java's class-data
+sharing (AppCDS) keeps them, parsed and verified, in an archive file the next JVM maps
+instead: a restarted job answered its first request about 5 s sooner (docs/benchmarks/engine.md,
+issue 14, twelfth session). Java 17 writes such an archive only when a JVM started with
 ``-XX:ArchiveClassesAtExit`` exits normally, so it is built ahead, by a short job of its own:
 ``python -m controlplane class-archive`` (``make setup`` runs it). That job
 (``engine.class_archive_job``) runs both queries in event-time mode over a few requests, in a
 scratch folder, and exits.
 
-The archive is named by a fingerprint of what it was built from (the ``java`` that runs,
-its JDK's ``release`` file, and the names and sizes of the running pyspark's jars), in
-``<venv>/class-archive``. A local session (``engine.session``) maps the one that matches; with
-none it starts as before. The JVM checks the archive again itself (its JDK build and class
-path) and ignores one that does not match, silently: never an error. No archive is added when
-``CONTROLPLANE_CLASS_ARCHIVE`` is ``off``, when the JVM's options choose class sharing
-themselves (``-Xshare``, ``-XX:SharedArchiveFile``, ``-XX:ArchiveClassesAtExit``), or when
-spark-submit started the JVM. The jars on ``spark.jars`` (Delta, Kafka) are loaded by Spark's
-own class loader, which Java 17 does not archive: those load as before.
+The archive is named by a fingerprint of what the JVM checks it against: the JDK (the ``java``
+that runs, its ``release`` file) and the class path spark-submit gives the JVM (the conf folder,
+the environment's other entries, Spark's jars by name, size and time), in
+``<venv>/class-archive``. A local session (``engine.session``) names the one that matches; with
+none it starts as before. The JVM checks the archive again itself and ignores one that does
+not match, silently: never an error. No archive is named when ``CONTROLPLANE_CLASS_ARCHIVE`` is
+``off``, when the JVM's options choose class sharing themselves (``-Xshare``,
+``-XX:SharedArchiveFile``, ...), when the driver's class path is extended
+(``spark.driver.extraClassPath``), when its path holds a space, or when spark-submit started
+the JVM. The jars on ``spark.jars`` (Delta, Kafka) are loaded by Spark's own class loader,
+which Java 17 does not archive: those load as before.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import hashlib
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,38 +41,36 @@ from controlplane.jvm import MissingJvm, require_java
 
 log = logging.getLogger(__name__)
 
-SWITCH_ENV = "CONTROLPLANE_CLASS_ARCHIVE"  # "off": never map an archive
+SWITCH_ENV = "CONTROLPLANE_CLASS_ARCHIVE"  # "off": never name an archive
 FOLDER = "class-archive"
 SUFFIX = ".jsa"
-# a JVM option that decides class sharing itself: then the session adds none
-CHOSEN = re.compile(r"-Xshare:|-XX:SharedArchiveFile=|-XX:ArchiveClassesAtExit=|AutoCreateShared")
+FAILED_SUFFIX = ".failed"  # beside an archive's name: the last build for it failed, and why
+# A JVM option that decides class sharing itself: then the session names no archive.
+SHARING_OPTION = re.compile(
+    r"-Xshare:|-XX:[+-]UseSharedSpaces|-XX:SharedArchiveFile=|-XX:ArchiveClassesAtExit="
+    r"|AutoCreateSharedArchive"
+)
+# Where a JVM's options come from in the environment (spark-submit and the JVM read them).
+JAVA_OPTION_VARIABLES = (
+    "SPARK_SUBMIT_OPTS",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+)
+# What spark-submit puts on the JVM's class path besides the conf folder and Spark's jars.
+CLASS_PATH_ENV = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
+# Driver settings that put entries before Spark's jars (the session's conf, spark-defaults.conf).
+EXTRA_CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.driver.defaultExtraClassPath")
 BUILD_TIMEOUT_S = 600
+KEPT = 2  # archives kept in the folder: the one just built and the newest before it
+
+
+class ArchiveFailed(RuntimeError):
+    """No archive could be built; the message says why."""
 
 
 def archive_dir() -> Path:
     return Path(sys.prefix) / FOLDER
-
-
-# what spark-submit puts on the JVM's class path besides Spark's jars
-_CLASS_PATH_ENV = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
-
-
-def fingerprint(java: Path, spark_jars: Path) -> str:
-    """What an archive is valid for: the JDK (its ``java``, resolved, and its ``release``
-    file: version and build) and the JVM's class path: the jars of Spark (names and sizes, in
-    ``spark_jars``, ``SPARK_HOME/jars``) and what spark-submit adds before them (the conf
-    folder, ``SPARK_CONF_DIR`` or ``SPARK_HOME/conf``, and the environment's other entries)."""
-    resolved = java.resolve()
-    digest = hashlib.sha256(str(resolved).encode())
-    release = resolved.parent.parent / "release"
-    digest.update(release.read_bytes() if release.is_file() else b"no release file")
-    digest.update(str(conf_dir(spark_jars)).encode())
-    for name in _CLASS_PATH_ENV:
-        digest.update(f"\n{name}={os.environ.get(name, '')}".encode())
-    jars = sorted(spark_jars.glob("*.jar")) if spark_jars.is_dir() else []
-    for jar in jars:
-        digest.update(f"\n{jar.name} {jar.stat().st_size}".encode())
-    return digest.hexdigest()[:16]
 
 
 def conf_dir(spark_jars: Path) -> Path:
@@ -79,28 +78,53 @@ def conf_dir(spark_jars: Path) -> Path:
     return Path(os.environ.get("SPARK_CONF_DIR") or spark_jars.parent / "conf")
 
 
+def fingerprint(java: Path, spark_jars: Path) -> str:
+    """What the JVM checks an archive against: the JDK (its ``java``, resolved, and its
+    ``release`` file: version and build) and the class path: the conf folder
+    (``SPARK_CONF_DIR`` or ``SPARK_HOME/conf``), the environment's other entries, and Spark's
+    jars in ``spark_jars`` (``SPARK_HOME/jars``) by name, size and modification time."""
+    resolved = java.resolve()
+    digest = hashlib.sha256(str(resolved).encode())
+    release = resolved.parent.parent / "release"
+    digest.update(release.read_bytes() if release.is_file() else b"no release file")
+    digest.update(str(conf_dir(spark_jars)).encode())
+    for name in CLASS_PATH_ENV:
+        digest.update(f"\n{name}={os.environ.get(name, '')}".encode())
+    jars = sorted(spark_jars.glob("*.jar")) if spark_jars.is_dir() else []
+    for jar in jars:
+        stat = jar.stat()
+        digest.update(f"\n{jar.name} {stat.st_size} {stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
 def archive_path(java: Path, spark_jars: Path) -> Path:
     return archive_dir() / f"spark-{fingerprint(java, spark_jars)}{SUFFIX}"
 
 
-def chosen_elsewhere(places: Iterable[str]) -> bool:
-    return any(CHOSEN.search(place) for place in places)
+def sharing_chosen(places: Iterable[str]) -> bool:
+    return any(SHARING_OPTION.search(place) for place in places)
 
 
-def java_option(spark_jars: Path, places: Iterable[str]) -> str | None:
+def java_option(
+    spark_jars: Path, places: Iterable[str], *, extra_class_path: bool = False
+) -> str | None:
     """``-XX:SharedArchiveFile=...`` for a local session's JVM when the matching archive is
-    there; None when there is none, when it is switched off or when ``places`` (the JVM's
-    options from the environment and the confs) choose class sharing themselves."""
-    if os.environ.get(SWITCH_ENV, "").strip().lower() == "off" or chosen_elsewhere(places):
+    there; None when there is none, when it is switched off, when ``places`` (the JVM's
+    options from the environment and the confs) choose class sharing themselves, when the
+    driver's class path is extended, or when the archive's path holds whitespace (Spark's
+    launcher splits the Java options at it)."""
+    if os.environ.get(SWITCH_ENV, "").strip().lower() == "off":
+        return None
+    if sharing_chosen(places) or extra_class_path:
         return None
     try:
         path = archive_path(Path(require_java("a local session")), spark_jars)
     except (MissingJvm, OSError):
         return None  # the session's own start says what is missing
-    if not path.is_file():
-        log.debug("no JVM class archive at %s (python -m controlplane class-archive)", path)
+    if not path.is_file() or any(c.isspace() for c in str(path)):
+        log.debug("no usable JVM class archive at %s (python -m controlplane class-archive)", path)
         return None
-    log.info("the JVM maps its class archive %s", path)
+    log.info("the session names its JVM's class archive %s", path)
     return f"-XX:SharedArchiveFile={path}"
 
 
@@ -108,51 +132,99 @@ def java_option(spark_jars: Path, places: Iterable[str]) -> str | None:
 
 
 def build(spark_jars: Path, *, force: bool = False) -> Path:
-    """Build the archive for this JDK and pyspark, unless it is there (``force``: again).
-    The job runs in a child process, whose JVM writes the archive as it exits; it is moved
-    into place only once complete, and archives of other fingerprints are removed."""
+    """The archive for this JDK and class path: the one there, else built now. A build that
+    failed leaves its reason beside the archive's name, and the next call raises it again
+    without running the job, unless ``force``."""
     java = Path(require_java("the class archive"))
     target = archive_path(java, spark_jars)
-    conf = conf_dir(spark_jars)
-    if conf.is_dir() and any(conf.iterdir()):
-        raise ArchiveFailed(
-            f"{conf} is on the JVM's class path and holds files: Java 17 archives no class path "
-            "with a folder that is not empty, so a local session starts without an archive"
-        )
     if target.is_file() and not force:
         log.info("JVM class archive already built: %s", target)
         return target
+    failed = target.with_name(target.name + FAILED_SUFFIX)
+    if failed.is_file() and not force:
+        raise ArchiveFailed(f"{failed.read_text().strip()} (--force tries again)")
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="controlplane-class-archive-") as scratch:
-        dump = Path(scratch) / f"dump{SUFFIX}"
-        # the dump's warnings (classes it cannot keep: generated, signed) only at error level
-        options = f"-XX:ArchiveClassesAtExit={dump} -Xlog:cds*=error"
-        env = {**os.environ, "SPARK_SUBMIT_OPTS": options}
-        env.pop("JAVA_TOOL_OPTIONS", None)  # a sharing option there would fight the dump
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
-        started = time.monotonic()
-        command = [sys.executable, "-m", "controlplane.engine.class_archive_job", scratch]
-        done = subprocess.run(command, env=env, timeout=BUILD_TIMEOUT_S, check=False)
-        if done.returncode != 0 or not dump.is_file() or dump.stat().st_size == 0:
-            raise ArchiveFailed(
-                f"the class archive's job exited with {done.returncode} and "
-                f"{'an empty' if dump.is_file() else 'no'} archive (its output is above)"
-            )
-        partial = target.with_suffix(".partial")
-        shutil.move(str(dump), partial)
-        os.replace(partial, target)
-    for old in target.parent.glob(f"*{SUFFIX}"):
-        if old != target:
-            old.unlink(missing_ok=True)
+    try:
+        check_buildable(spark_jars, target)
+        seconds = run_job(target)
+    except ArchiveFailed as exc:
+        failed.write_text(f"the last build failed: {exc}\n")
+        raise
+    failed.unlink(missing_ok=True)
+    prune(target)
     size_mb = target.stat().st_size / 1e6
-    log.info(
-        "JVM class archive built in %.0f s: %s (%.0f MB)",
-        time.monotonic() - started,
-        target,
-        size_mb,
-    )
+    log.info("JVM class archive built in %.0f s: %s (%.0f MB)", seconds, target, size_mb)
     return target
 
 
-class ArchiveFailed(RuntimeError):
-    """The archive's job did not leave an archive."""
+def check_buildable(spark_jars: Path, target: Path) -> None:
+    """What makes Java 17 refuse the dump, or the launcher mangle it, said before the job."""
+    if any(c.isspace() for c in str(target)):
+        raise ArchiveFailed(f"{target}: Spark's launcher splits Java options at whitespace")
+    for name in JAVA_OPTION_VARIABLES:
+        if sharing_chosen([os.environ.get(name, "")]):
+            raise ArchiveFailed(f"${name} chooses class sharing itself: {os.environ[name]!r}")
+    for folder in class_path_folders(spark_jars):
+        if folder.is_dir() and any(folder.iterdir()):
+            raise ArchiveFailed(
+                f"{folder} is on the JVM's class path and holds files: Java 17 archives no "
+                "class path with a folder that is not empty"
+            )
+
+
+def class_path_folders(spark_jars: Path) -> list[Path]:
+    """The folders spark-submit puts on the JVM's class path (jar globs are not folders)."""
+    entries = [str(conf_dir(spark_jars))]
+    for name in CLASS_PATH_ENV[1:]:
+        entries += os.environ.get(name, "").split(os.pathsep)
+    return [Path(e) for e in entries if e and not e.endswith("*") and not e.endswith(".jar")]
+
+
+def run_job(target: Path) -> float:
+    """Run the archive's job in a child process; its JVM dumps beside ``target`` as it exits,
+    and the complete dump is renamed into place (one file system: atomic). Seconds taken."""
+    dump = target.with_name(f".dump-{os.getpid()}{SUFFIX}.tmp")
+    started = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="controlplane-class-archive-") as scratch:
+            command = [sys.executable, "-m", "controlplane.engine.class_archive_job", scratch]
+            code = subprocess.run(
+                command, env=job_environment(dump), timeout=BUILD_TIMEOUT_S, check=False
+            ).returncode
+        if code != 0 or not dump.is_file() or dump.stat().st_size == 0:
+            left = "an empty archive" if dump.is_file() else "no archive"
+            raise ArchiveFailed(
+                f"the archive's job exited with {code} and {left} (its output is above)"
+            )
+        os.replace(dump, target)
+    except subprocess.TimeoutExpired as exc:
+        raise ArchiveFailed(f"the archive's job ran past {BUILD_TIMEOUT_S} s") from exc
+    finally:
+        dump.unlink(missing_ok=True)
+    return time.monotonic() - started
+
+
+def job_environment(dump: Path) -> dict[str, str]:
+    """The caller's environment, with the dump's options after its own ``SPARK_SUBMIT_OPTS``;
+    the dump's warnings (the classes it cannot keep: generated, signed) at error level only."""
+    env = dict(os.environ)
+    options = f"-XX:ArchiveClassesAtExit={dump} -Xlog:cds*=error"
+    env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {options}".strip()
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return env
+
+
+def prune(target: Path) -> None:
+    """Keep ``target`` and the newest other archive (another JDK or class path in use beside
+    this one); remove the rest, and dumps a killed build left."""
+    others = sorted(
+        (p for p in target.parent.glob(f"*{SUFFIX}") if p != target),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in others[KEPT - 1 :]:
+        old.unlink(missing_ok=True)
+    stale = time.time() - 2 * BUILD_TIMEOUT_S
+    for dump in target.parent.glob(f".dump-*{SUFFIX}.tmp"):
+        if dump.stat().st_mtime < stale:
+            dump.unlink(missing_ok=True)

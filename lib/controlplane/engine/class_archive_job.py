@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-TIMEOUT_S = 600
+TIMEOUT_S = 120  # the JVM writes its archive as it exits: about 10 s here
 
 
 def _requests(now_ms: int) -> tuple[list[dict[str, object]], list[dict[str, object]]]:

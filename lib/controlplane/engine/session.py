@@ -162,12 +162,7 @@ LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 _COLLECTOR_FLAG = re.compile(r"-XX:\+Use(?:Serial|Parallel|G1|Z|Shenandoah|Epsilon)GC\b")
 # Where a JVM's options can also come from: the environment, and the driver's Java options in
 # the session's own conf or in spark-defaults.conf.
-_JAVA_OPTION_VARIABLES = (
-    "SPARK_SUBMIT_OPTS",
-    "JAVA_TOOL_OPTIONS",
-    "_JAVA_OPTIONS",
-    "JDK_JAVA_OPTIONS",
-)
+_JAVA_OPTION_VARIABLES = class_archive.JAVA_OPTION_VARIABLES
 _DRIVER_JAVA_OPTIONS = (LOCAL_JAVA_OPTIONS_KEY, "spark.driver.extraJavaOptions")
 
 
@@ -177,8 +172,9 @@ def local_java_options(extra_conf: dict[str, str] | None = None) -> dict[str, st
     gives (a session's ``--conf`` replaces that file's value, so it is carried over, after
     ours). No collector when one is chosen anywhere else (the environment, spark-defaults.conf,
     the session's own conf): two collectors stop the JVM, and the one chosen there is meant;
-    no archive when there is none for this JDK and pyspark, or when class sharing is chosen
-    there. Nothing when spark-submit started the JVM."""
+    no archive when there is none for this JDK and class path, when class sharing is chosen
+    there or when the driver's class path is extended. Nothing when spark-submit started the
+    JVM."""
     if started_by_spark_submit():
         return {}
     defaults = spark_defaults()
@@ -186,7 +182,12 @@ def local_java_options(extra_conf: dict[str, str] | None = None) -> dict[str, st
     places += [(extra_conf or {}).get(key, "") for key in _DRIVER_JAVA_OPTIONS]
     places += [defaults.get(key, "") for key in _DRIVER_JAVA_OPTIONS]
     ours = [] if any(_COLLECTOR_FLAG.search(place) for place in places) else [LOCAL_JAVA_OPTIONS]
-    archive = class_archive.java_option(pyspark_jars_dir(), places)
+    extended = any(
+        conf.get(key)
+        for conf in (extra_conf or {}, defaults)
+        for key in class_archive.EXTRA_CLASS_PATH_KEYS
+    )
+    archive = class_archive.java_option(pyspark_jars_dir(), places, extra_class_path=extended)
     if archive is not None:
         ours.append(archive)
     if not ours:
