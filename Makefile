@@ -51,7 +51,7 @@ $(JARSTAMP): jvm/spark/pom.xml jvm/broker/pom.xml
 # local Spark sessions start as before.
 class-archive: $(STAMP) $(JARSTAMP) ## build the local JVM's class archive, unless it is there
 	@$(BIN)/python -m controlplane class-archive \
-	  || echo "make: no JVM class archive; local Spark sessions start as before (about 4 s slower)" >&2
+	  || echo "make: no JVM class archive; local Spark sessions start as before (a few seconds slower)" >&2
 
 setup: $(STAMP) $(JARSTAMP) class-archive ## create .venv, install the pinned Python packages, fetch the pinned jars, build the JVM's class archive
 

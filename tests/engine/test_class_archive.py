@@ -4,10 +4,10 @@ when it maps none, and how one is built and put in place."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -156,33 +156,67 @@ def test_without_java_a_session_maps_none(
 
 
 class FakeJob:
-    """subprocess.run for the archive's child job: records the call, writes the dump."""
+    """subprocess.Popen for the archive's child job: records the call and, as the JVM does
+    when it exits, writes the dump; a job that ``hangs`` (or is ``interrupted``) writes none."""
 
     def __init__(
-        self, returncode: int = 0, dump: bytes | None = b"classes", *, hangs: bool = False
+        self,
+        returncode: int = 0,
+        dump: bytes | None = b"classes",
+        *,
+        hangs: bool = False,
+        interrupted: bool = False,
     ) -> None:
         self.returncode = returncode
         self.dump = dump
         self.hangs = hangs
+        self.interrupted = interrupted
         self.env: dict[str, str] = {}
         self.calls = 0
+        self.own_session = False
 
-    def __call__(self, command: list[str], *, env: dict[str, str], **_: Any) -> Any:
+    def __call__(
+        self, command: list[str], *, env: dict[str, str], start_new_session: bool = False
+    ) -> FakeProcess:
         self.env = env
         self.calls += 1
-        if self.hangs:
-            raise subprocess.TimeoutExpired(command, class_archive.BUILD_TIMEOUT_S)
+        self.own_session = start_new_session
         option = next(o for o in env["SPARK_SUBMIT_OPTS"].split() if "ArchiveClassesAtExit" in o)
-        if self.dump is not None:
+        if self.dump is not None and not (self.hangs or self.interrupted):
             Path(option.split("=", 1)[1]).write_bytes(self.dump)
-        return subprocess.CompletedProcess(command, self.returncode)
+        return FakeProcess(self, command)
+
+
+class FakeProcess:
+    pid = 4_000_000  # a process group that the tests' killpg double records, never signals
+
+    def __init__(self, job: FakeJob, command: list[str]) -> None:
+        self.job = job
+        self.command = command
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.waits += 1
+        if self.waits == 1 and self.job.hangs:
+            raise subprocess.TimeoutExpired(self.command, timeout or 0)
+        if self.waits == 1 and self.job.interrupted:
+            raise KeyboardInterrupt
+        return self.job.returncode
+
+
+@pytest.fixture
+def killed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The process groups the build kills (recorded, not sent)."""
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(class_archive.os, "killpg", lambda pid, sig: calls.append((pid, sig)))
+    return calls
 
 
 def test_a_build_puts_the_dump_in_place_and_keeps_one_other_archive(
     jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = FakeJob()
-    monkeypatch.setattr(subprocess, "run", job)
+    monkeypatch.setattr(subprocess, "Popen", job)
     folder = class_archive.archive_dir()
     folder.mkdir(parents=True)
     older, newer = folder / "spark-0000000000000000.jsa", folder / "spark-1111111111111111.jsa"
@@ -205,7 +239,7 @@ def test_a_built_archive_is_kept_unless_forced(
 ) -> None:
     path = place_archive(jdk, spark_jars)
     job = FakeJob(dump=b"new classes")
-    monkeypatch.setattr(subprocess, "run", job)
+    monkeypatch.setattr(subprocess, "Popen", job)
     assert build(spark_jars) == path
     assert path.read_bytes() == b"archive"
     assert build(spark_jars, force=True) == path
@@ -214,31 +248,72 @@ def test_a_built_archive_is_kept_unless_forced(
 
 @pytest.mark.parametrize(
     "job",
-    [FakeJob(1, b"classes"), FakeJob(0, None), FakeJob(0, b""), FakeJob(hangs=True)],
-    ids=["fails", "none", "empty", "hangs"],
+    [FakeJob(1, b"classes"), FakeJob(0, None), FakeJob(0, b"")],
+    ids=["fails", "none", "empty"],
 )
 def test_a_job_that_leaves_no_archive_fails_the_build_and_places_nothing(
     jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, job: FakeJob
 ) -> None:
-    monkeypatch.setattr(subprocess, "run", job)
+    monkeypatch.setattr(subprocess, "Popen", job)
     with pytest.raises(ArchiveFailed):
         build(spark_jars)
     assert java_option(spark_jars, []) is None
     assert [p.suffix for p in class_archive.archive_dir().iterdir()] == [".failed"]
+    assert job.own_session  # a process group of its own, the JVM in it
+
+
+def test_a_job_past_its_time_is_killed_with_its_jvm_and_tried_again_next_time(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, killed: list[tuple[int, int]]
+) -> None:
+    monkeypatch.setattr(subprocess, "Popen", FakeJob(hangs=True))
+    with pytest.raises(class_archive.JobTimedOut, match="ran past"):
+        build(spark_jars)
+    assert killed == [(FakeProcess.pid, signal.SIGKILL)]
+    assert list(class_archive.archive_dir().iterdir()) == []  # no reason kept: a busy machine
+    job = FakeJob()
+    monkeypatch.setattr(subprocess, "Popen", job)
+    assert build(spark_jars).read_bytes() == b"classes"
+
+
+def test_an_interrupted_build_kills_its_job_and_leaves_nothing(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, killed: list[tuple[int, int]]
+) -> None:
+    monkeypatch.setattr(subprocess, "Popen", FakeJob(interrupted=True))
+    with pytest.raises(KeyboardInterrupt):
+        build(spark_jars)
+    assert killed == [(FakeProcess.pid, signal.SIGKILL)]
+    assert list(class_archive.archive_dir().iterdir()) == []
+
+
+def test_a_dump_whose_build_is_gone_is_removed(
+    jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    folder = class_archive.archive_dir()
+    folder.mkdir(parents=True)
+    orphan = folder / f".dump-{gone.pid}.jsa.tmp"
+    running = folder / f".dump-{os.getppid()}.jsa.tmp"  # a build still writing its dump
+    for dump in (orphan, running):
+        dump.write_bytes(b"partial")
+    monkeypatch.setattr(subprocess, "Popen", FakeJob())
+    build(spark_jars)
+    assert not orphan.exists()
+    assert running.exists()
 
 
 def test_a_failed_build_is_not_run_again_until_forced(
     jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failing = FakeJob(1)
-    monkeypatch.setattr(subprocess, "run", failing)
+    monkeypatch.setattr(subprocess, "Popen", failing)
     with pytest.raises(ArchiveFailed, match="exited with 1"):
         build(spark_jars)
     with pytest.raises(ArchiveFailed, match=r"the last build failed: .*exited with 1.*--force"):
         build(spark_jars)
     assert failing.calls == 1
     working = FakeJob()
-    monkeypatch.setattr(subprocess, "run", working)
+    monkeypatch.setattr(subprocess, "Popen", working)
     path = build(spark_jars, force=True)
     assert working.calls == 1
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # the reason is gone too
@@ -249,11 +324,14 @@ def test_class_sharing_chosen_in_the_environment_fails_before_the_job(
     jdk: Path, spark_jars: Path, monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
     job = FakeJob()
-    monkeypatch.setattr(subprocess, "run", job)
+    monkeypatch.setattr(subprocess, "Popen", job)
     monkeypatch.setenv(variable, "-Xmx1g -Xshare:off")
     with pytest.raises(ArchiveFailed, match=variable):
         build(spark_jars)
     assert job.calls == 0
+    monkeypatch.delenv(variable)  # the cause removed: the next build runs, without --force
+    assert build(spark_jars).read_bytes() == b"classes"
+    assert job.calls == 1
 
 
 @pytest.mark.parametrize("variable", ["SPARK_CONF_DIR", "HADOOP_CONF_DIR", "SPARK_DIST_CLASSPATH"])
@@ -263,7 +341,7 @@ def test_a_class_path_folder_with_files_cannot_be_archived(
     conf = tmp_path / "conf"
     conf.mkdir()
     job = FakeJob()
-    monkeypatch.setattr(subprocess, "run", job)
+    monkeypatch.setattr(subprocess, "Popen", job)
     entries = [str(conf)] if variable == "SPARK_CONF_DIR" else ["/opt/lib/*", str(conf)]
     monkeypatch.setenv(variable, os.pathsep.join(entries))
     build(spark_jars, force=True)  # an empty folder is fine

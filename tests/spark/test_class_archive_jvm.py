@@ -3,7 +3,8 @@ archive of this JDK and pyspark, which ``make test`` builds before the tests (``
 class-archive``), is accepted by the JVM of ``build_local_session``, whose class path it was
 fingerprinted for. The JVM ignores a mismatched archive silently, so the test counts the
 classes it loaded from the archive. Without an archive (its build failed, which make reports
-and goes on) the test is skipped, saying so."""
+and goes on) the test is skipped, saying so, and fails under CI (``CI`` set), where make has
+just tried to build it."""
 
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ def run_session(env: dict[str, str], archives: Path) -> None:
 def test_the_session_s_jvm_loads_its_classes_from_the_archive(tmp_path: Path) -> None:
     java = Path(class_archive.require_java("the test"))
     if not class_archive.archive_path(java, pyspark_jars_dir()).is_file():
-        pytest.skip(
-            "no class archive for this JDK and pyspark: python -m controlplane class-archive"
-        )
+        missing = "no class archive for this JDK and pyspark (python -m controlplane class-archive)"
+        if os.environ.get("CI"):  # make test built it first: its build failed, which CI must see
+            pytest.fail(f"{missing}: its build failed; the reason is in make's output")
+        pytest.skip(missing)
     log = tmp_path / "classes.log"
     env = {
         **os.environ,

@@ -26,10 +26,12 @@ which Java 17 does not archive: those load as before.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,11 +64,16 @@ CLASS_PATH_ENV = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_D
 # Driver settings that put entries before Spark's jars (the session's conf, spark-defaults.conf).
 EXTRA_CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.driver.defaultExtraClassPath")
 BUILD_TIMEOUT_S = 600
+DUMP_PREFIX, DUMP_SUFFIX = ".dump-", f"{SUFFIX}.tmp"  # a dump being written: .dump-<pid>.jsa.tmp
 KEPT = 2  # archives kept in the folder: the one just built and the newest before it
 
 
 class ArchiveFailed(RuntimeError):
     """No archive could be built; the message says why."""
+
+
+class JobTimedOut(ArchiveFailed):
+    """The archive's job ran past its time (a busy machine): not kept as a failure."""
 
 
 def archive_dir() -> Path:
@@ -132,21 +139,25 @@ def java_option(
 
 
 def build(spark_jars: Path, *, force: bool = False) -> Path:
-    """The archive for this JDK and class path: the one there, else built now. A build that
-    failed leaves its reason beside the archive's name, and the next call raises it again
-    without running the job, unless ``force``."""
+    """The archive for this JDK and class path: the one there, else built now. What Java would
+    refuse is said before the job runs (the environment, the class path's folders). A job
+    that failed leaves its reason beside the archive's name, and the next call raises it again
+    without running the job, unless ``force``; a job that ran past its time does not."""
     java = Path(require_java("the class archive"))
     target = archive_path(java, spark_jars)
     if target.is_file() and not force:
         log.info("JVM class archive already built: %s", target)
         return target
+    check_buildable(spark_jars, target)
     failed = target.with_name(target.name + FAILED_SUFFIX)
     if failed.is_file() and not force:
         raise ArchiveFailed(f"{failed.read_text().strip()} (--force tries again)")
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_orphan_dumps(target.parent)
     try:
-        check_buildable(spark_jars, target)
         seconds = run_job(target)
+    except JobTimedOut:
+        raise
     except ArchiveFailed as exc:
         failed.write_text(f"the last build failed: {exc}\n")
         raise
@@ -173,35 +184,68 @@ def check_buildable(spark_jars: Path, target: Path) -> None:
 
 
 def class_path_folders(spark_jars: Path) -> list[Path]:
-    """The folders spark-submit puts on the JVM's class path (jar globs are not folders)."""
+    """The entries spark-submit puts on the JVM's class path besides Spark's jars (the caller
+    looks at the folders among them)."""
     entries = [str(conf_dir(spark_jars))]
     for name in CLASS_PATH_ENV[1:]:
         entries += os.environ.get(name, "").split(os.pathsep)
-    return [Path(e) for e in entries if e and not e.endswith("*") and not e.endswith(".jar")]
+    return [Path(entry) for entry in entries if entry]
 
 
 def run_job(target: Path) -> float:
-    """Run the archive's job in a child process; its JVM dumps beside ``target`` as it exits,
-    and the complete dump is renamed into place (one file system: atomic). Seconds taken."""
-    dump = target.with_name(f".dump-{os.getpid()}{SUFFIX}.tmp")
+    """Run the archive's job in a child process of its own process group; its JVM dumps
+    beside ``target`` as it exits, and the complete dump is renamed into place (one file
+    system: atomic). A job past its time, or interrupted, is killed with its JVM (a killed JVM
+    writes nothing). Seconds taken."""
+    dump = target.with_name(f"{DUMP_PREFIX}{os.getpid()}{DUMP_SUFFIX}")
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="controlplane-class-archive-") as scratch:
             command = [sys.executable, "-m", "controlplane.engine.class_archive_job", scratch]
-            code = subprocess.run(
-                command, env=job_environment(dump), timeout=BUILD_TIMEOUT_S, check=False
-            ).returncode
+            code = wait_for(
+                subprocess.Popen(command, env=job_environment(dump), start_new_session=True)
+            )
         if code != 0 or not dump.is_file() or dump.stat().st_size == 0:
             left = "an empty archive" if dump.is_file() else "no archive"
             raise ArchiveFailed(
                 f"the archive's job exited with {code} and {left} (its output is above)"
             )
         os.replace(dump, target)
-    except subprocess.TimeoutExpired as exc:
-        raise ArchiveFailed(f"the archive's job ran past {BUILD_TIMEOUT_S} s") from exc
     finally:
         dump.unlink(missing_ok=True)
     return time.monotonic() - started
+
+
+def wait_for(job: subprocess.Popen[bytes]) -> int:
+    """The job's exit code; past ``BUILD_TIMEOUT_S``, or on an interrupt, its whole process
+    group (the job, its JVM, its Python workers) is killed first."""
+    try:
+        return job.wait(timeout=BUILD_TIMEOUT_S)
+    except BaseException as exc:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise JobTimedOut(f"the archive's job ran past {BUILD_TIMEOUT_S} s") from exc
+        raise
+
+
+def remove_orphan_dumps(folder: Path) -> None:
+    """Dumps a killed build left (its process is gone)."""
+    for dump in folder.glob(f"{DUMP_PREFIX}*{DUMP_SUFFIX}"):
+        pid = dump.name[len(DUMP_PREFIX) : -len(DUMP_SUFFIX)]
+        if pid.isdigit() and not process_alive(int(pid)):
+            dump.unlink(missing_ok=True)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
+    return True
 
 
 def job_environment(dump: Path) -> dict[str, str]:
@@ -216,7 +260,7 @@ def job_environment(dump: Path) -> dict[str, str]:
 
 def prune(target: Path) -> None:
     """Keep ``target`` and the newest other archive (another JDK or class path in use beside
-    this one); remove the rest, and dumps a killed build left."""
+    this one); remove the rest, and the reasons of other fingerprints' failed builds."""
     others = sorted(
         (p for p in target.parent.glob(f"*{SUFFIX}") if p != target),
         key=lambda p: p.stat().st_mtime,
@@ -224,7 +268,5 @@ def prune(target: Path) -> None:
     )
     for old in others[KEPT - 1 :]:
         old.unlink(missing_ok=True)
-    stale = time.time() - 2 * BUILD_TIMEOUT_S
-    for dump in target.parent.glob(f".dump-*{SUFFIX}.tmp"):
-        if dump.stat().st_mtime < stale:
-            dump.unlink(missing_ok=True)
+    for reason in target.parent.glob(f"*{FAILED_SUFFIX}"):
+        reason.unlink(missing_ok=True)
