@@ -552,6 +552,21 @@ def line(
     )
 
 
+def class_archive_named(java_options: str) -> str:
+    """The archive a session's JVM was given (docs/engine.md, "The JVM's class archive"), or
+    "none": start-up figures depend on it."""
+    named = [
+        o.split("=", 1)[1] for o in java_options.split() if o.startswith("-XX:SharedArchiveFile=")
+    ]
+    return named[0] if named else "none"
+
+
+def spark_java_options(spark: Any) -> str:
+    conf = spark.sparkContext.getConf()
+    keys = ("spark.driver.defaultJavaOptions", "spark.driver.extraJavaOptions")
+    return " ".join(conf.get(key, "") for key in keys)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", default="100,1000,10000")
@@ -591,6 +606,7 @@ def main() -> int:
         require_jars="native" in args.writers,
         master=args.master,
     )
+    print(f"JVM class archive: {class_archive_named(spark_java_options(spark))}", flush=True)
     if args.idle:
         for writer in args.writers.split(","):
             out = Path(args.out) / f"idle-{args.idle}-{writer}"

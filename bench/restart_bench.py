@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from engine_bench import _drop, count, idle_workload, read  # noqa: E402
+from engine_bench import _drop, class_archive_named, count, idle_workload, read  # noqa: E402
 
 
 def spawn(config: Path, out: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -149,6 +149,10 @@ def main() -> int:
     landing = out / "landing" / "coordinator"
     landing.mkdir(parents=True)
     log = out / "job.log"
+    from controlplane.engine.session import LOCAL_JAVA_OPTIONS_KEY, local_java_options
+
+    options = local_java_options().get(LOCAL_JAVA_OPTIONS_KEY, "")  # as the job's session does
+    print(f"JVM class archive: {class_archive_named(options)}", flush=True)
     print("run      planned_s  committed_s  answer_s  first_batch_ms", flush=True)
 
     def report(name: str, f: dict[str, float]) -> None:

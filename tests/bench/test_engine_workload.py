@@ -102,3 +102,18 @@ def test_steady_batches_are_summed_up_by_their_input_files() -> None:
         "steady batches of 1 file: 3, medians: batch 1200 ms, compute 800, after compute 300",
         "steady batches of 2 files: 1, medians: batch 2000 ms, compute 1500, after compute 400",
     ]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (
+            "-XX:+UseParallelGC -XX:SharedArchiveFile=/v/class-archive/spark-1.jsa -Dx=1",
+            "/v/class-archive/spark-1.jsa",
+        ),
+        ("-XX:+UseParallelGC", "none"),
+        ("", "none"),
+    ],
+)
+def test_the_bench_says_which_class_archive_its_jvm_was_given(options: str, named: str) -> None:
+    assert engine_bench.class_archive_named(options) == named
