@@ -32,7 +32,12 @@ def jdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (home / "bin" / "java").chmod(0o755)
     (home / "release").write_text('JAVA_VERSION="17.0.9"\n')
     monkeypatch.setenv("JAVA_HOME", str(home))
-    for name in (*CLASS_PATH_ENV, *JAVA_OPTION_VARIABLES, class_archive.SWITCH_ENV):
+    for name in (
+        "SPARK_CONF_DIR",
+        *CLASS_PATH_ENV,
+        *JAVA_OPTION_VARIABLES,
+        class_archive.SWITCH_ENV,
+    ):
         monkeypatch.delenv(name, raising=False)
     archives = tmp_path / "archives"
     monkeypatch.setattr(class_archive, "archive_dir", lambda: archives)

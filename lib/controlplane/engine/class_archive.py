@@ -59,8 +59,9 @@ JAVA_OPTION_VARIABLES = (
     "_JAVA_OPTIONS",
     "JDK_JAVA_OPTIONS",
 )
-# What spark-submit puts on the JVM's class path besides the conf folder and Spark's jars.
-CLASS_PATH_ENV = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
+# What spark-submit puts on the JVM's class path besides the conf folder (``conf_dir``) and
+# Spark's jars.
+CLASS_PATH_ENV = ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
 # Driver settings that put entries before Spark's jars (the session's conf, spark-defaults.conf).
 EXTRA_CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.driver.defaultExtraClassPath")
 BUILD_TIMEOUT_S = 600
@@ -108,6 +109,11 @@ def archive_path(java: Path, spark_jars: Path) -> Path:
     return archive_dir() / f"spark-{fingerprint(java, spark_jars)}{SUFFIX}"
 
 
+def has_space(path: Path) -> bool:
+    """Spark's launcher splits Java options at whitespace: such a path cannot be named."""
+    return any(c.isspace() for c in str(path))
+
+
 def sharing_chosen(places: Iterable[str]) -> bool:
     return any(SHARING_OPTION.search(place) for place in places)
 
@@ -128,7 +134,7 @@ def java_option(
         path = archive_path(Path(require_java("a local session")), spark_jars)
     except (MissingJvm, OSError):
         return None  # the session's own start says what is missing
-    if not path.is_file() or any(c.isspace() for c in str(path)):
+    if not path.is_file() or has_space(path):
         log.debug("no usable JVM class archive at %s (python -m controlplane class-archive)", path)
         return None
     log.info("the session names its JVM's class archive %s", path)
@@ -170,7 +176,7 @@ def build(spark_jars: Path, *, force: bool = False) -> Path:
 
 def check_buildable(spark_jars: Path, target: Path) -> None:
     """What makes Java 17 refuse the dump, or the launcher mangle it, said before the job."""
-    if any(c.isspace() for c in str(target)):
+    if has_space(target):
         raise ArchiveFailed(f"{target}: Spark's launcher splits Java options at whitespace")
     for name in JAVA_OPTION_VARIABLES:
         if sharing_chosen([os.environ.get(name, "")]):
@@ -187,7 +193,7 @@ def class_path_folders(spark_jars: Path) -> list[Path]:
     """The entries spark-submit puts on the JVM's class path besides Spark's jars (the caller
     looks at the folders among them)."""
     entries = [str(conf_dir(spark_jars))]
-    for name in CLASS_PATH_ENV[1:]:
+    for name in CLASS_PATH_ENV:
         entries += os.environ.get(name, "").split(os.pathsep)
     return [Path(entry) for entry in entries if entry]
 

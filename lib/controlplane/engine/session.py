@@ -160,9 +160,9 @@ LOCAL_PARALLELISM = 2
 LOCAL_JAVA_OPTIONS_KEY = "spark.driver.defaultJavaOptions"
 LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 _COLLECTOR_FLAG = re.compile(r"-XX:\+Use(?:Serial|Parallel|G1|Z|Shenandoah|Epsilon)GC\b")
-# Where a JVM's options can also come from: the environment, and the driver's Java options in
-# the session's own conf or in spark-defaults.conf.
-_JAVA_OPTION_VARIABLES = class_archive.JAVA_OPTION_VARIABLES
+# Where a JVM's options can also come from, besides the environment
+# (``class_archive.JAVA_OPTION_VARIABLES``): the driver's Java options in the session's own
+# conf or in spark-defaults.conf.
 _DRIVER_JAVA_OPTIONS = (LOCAL_JAVA_OPTIONS_KEY, "spark.driver.extraJavaOptions")
 
 
@@ -178,7 +178,7 @@ def local_java_options(extra_conf: dict[str, str] | None = None) -> dict[str, st
     if started_by_spark_submit():
         return {}
     defaults = spark_defaults()
-    places = [os.environ.get(name, "") for name in _JAVA_OPTION_VARIABLES]
+    places = [os.environ.get(name, "") for name in class_archive.JAVA_OPTION_VARIABLES]
     places += [(extra_conf or {}).get(key, "") for key in _DRIVER_JAVA_OPTIONS]
     places += [defaults.get(key, "") for key in _DRIVER_JAVA_OPTIONS]
     ours = [] if any(_COLLECTOR_FLAG.search(place) for place in places) else [LOCAL_JAVA_OPTIONS]
