@@ -34,7 +34,10 @@ stop after a number of heartbeats spread over the run, so sessions expire throug
 default they all stop after their sync and expire in the first ten seconds). ``--phases``
 prints each loaded batch's phases as Spark timed them (of the last 100 batches: Spark keeps
 that many progress updates), then the steady batches' medians by the number of input files
-they took: the batch, its Spark job and what ``addBatch`` spends after the job (the writes).
+they took: the batch, its Spark job and what ``addBatch`` spends after the job (the writes),
+and the steady batch's cost fitted to its rows (a fixed part and a cost a row, by least
+squares), with the share of each second the offered rows take and how long batches run back
+to back would last at that load.
 
 ``--idle N`` measures idle batches instead: N groups join and sync with a 25-minute session
 (so no timer falls due), then the query runs on with no input for ``--seconds``; printed:
@@ -384,6 +387,8 @@ def run_engine(
         add_batch_ms = [p["durationMs"].get("addBatch", 0) for p in loaded_progress]
         phases = [_phases(p, sink.by_batch.get(p["batchId"])) for p in loaded_progress]
         steady = steady_by_files(loaded_progress, sink.by_batch, expected / len(slots))
+        steady_per_s = statistics.median(len(s) for s in slots)  # a file a second
+        steady.append(steady_cost(loaded_progress, sink.by_batch, steady_per_s))
         query.stop()
         spark.streams.removeListener(listener)
         sink.detach()
@@ -495,6 +500,38 @@ def steady_by_files(
             f"medians: batch {batch:.0f} ms, compute {compute:.0f}, after compute {after:.0f}"
         )
     return lines
+
+
+def steady_cost(
+    progress: list[dict[str, Any]],
+    sinks: dict[int, dict[str, int]],
+    offered_per_s: float,
+    first_batch: int = STEADY_FROM_BATCH,
+) -> str:
+    """A steady batch's duration (``triggerExecution``) fitted to its input rows by least
+    squares: a fixed part and a cost a row. The rows alone keep the engine busy for
+    ``offered_per_s`` times the cost a row of each second (its load), so batches that run back
+    to back last about fixed / (1 - load): what the timers wait for, twice at worst (the batch
+    in which one falls due, then the one that fires it)."""
+    points = [
+        (p["numInputRows"], p["durationMs"].get("triggerExecution", 0))
+        for p in progress
+        if p["batchId"] >= first_batch and sinks.get(p["batchId"], {}).get("compute") is not None
+    ]
+    rows = [x for x, _ in points]
+    if len(set(rows)) < 2:
+        return f"steady batch cost: {len(points)} batches, too few input sizes to fit"
+    mean_rows, mean_ms = statistics.fmean(rows), statistics.fmean(ms for _, ms in points)
+    spread = sum((x - mean_rows) ** 2 for x in rows)
+    per_row_ms = sum((x - mean_rows) * (ms - mean_ms) for x, ms in points) / spread
+    fixed_ms = mean_ms - per_row_ms * mean_rows
+    load = offered_per_s * per_row_ms / 1000
+    back_to_back = f"{fixed_ms / (1 - load):.0f} ms" if load < 1 else "never: over capacity"
+    return (
+        f"steady batch cost (least squares, {len(points)} batches): fixed {fixed_ms:.0f} ms"
+        f" + {per_row_ms * 1000:.1f} us a row; at {offered_per_s:,.0f} rows/s the rows take"
+        f" {load:.0%} of the time, batches back to back last {back_to_back}"
+    )
 
 
 def encode_slots(slots: list[list[dict[str, Any]]]) -> list[list[str]]:

@@ -117,3 +117,31 @@ def test_steady_batches_are_summed_up_by_their_input_files() -> None:
 )
 def test_the_bench_says_which_class_archive_its_jvm_was_given(options: str, named: str) -> None:
     assert engine_bench.class_archive_named(options) == named
+
+
+def test_the_steady_batch_cost_is_fitted_to_the_rows() -> None:
+    # 200 ms fixed + 0.08 ms a row, exactly; batch 14 is before the steady state and a batch
+    # without the sink's timings is left out, each far off the line
+    batches = [
+        progress(14, 10_000, 9_000, 8_000),
+        progress(15, 10_000, 1_000, 900),
+        progress(16, 20_000, 1_800, 1_700),
+        progress(17, 5_000, 600, 500),
+        progress(18, 10_000, 7_000, 6_900),
+    ]
+    sinks = {14: {"compute": 1}, 15: {"compute": 1}, 16: {"compute": 1}, 17: {"compute": 1}}
+    assert engine_bench.steady_cost(batches, sinks, offered_per_s=10_000) == (
+        "steady batch cost (least squares, 3 batches): fixed 200 ms + 80.0 us a row;"
+        " at 10,000 rows/s the rows take 80% of the time, batches back to back last 1000 ms"
+    )
+    assert engine_bench.steady_cost(batches, sinks, offered_per_s=12_500).endswith(
+        "the rows take 100% of the time, batches back to back last never: over capacity"
+    )
+
+
+def test_the_steady_batch_cost_needs_two_input_sizes() -> None:
+    batches = [progress(15, 10_000, 1_000, 900), progress(16, 10_000, 1_100, 1_000)]
+    sinks = {15: {"compute": 800}, 16: {"compute": 850}}
+    assert engine_bench.steady_cost(batches, sinks, offered_per_s=10_000) == (
+        "steady batch cost: 2 batches, too few input sizes to fit"
+    )
