@@ -502,6 +502,9 @@ def steady_by_files(
     return lines
 
 
+MIN_FIT_SPREAD = 1.5  # the largest steady batch's rows over the smallest's, to fit a line
+
+
 def steady_cost(
     progress: list[dict[str, Any]],
     sinks: dict[int, dict[str, int]],
@@ -512,15 +515,16 @@ def steady_cost(
     squares: a fixed part and a cost a row. The rows alone keep the engine busy for
     ``offered_per_s`` times the cost a row of each second (its load), so batches that run back
     to back last about fixed / (1 - load): what the timers wait for, twice at worst (the batch
-    in which one falls due, then the one that fires it)."""
+    in which one falls due, then the one that fires it). Only when the batches' sizes differ
+    (some took two files): among batches of one file each the line is the noise's."""
     points = [
         (p["numInputRows"], p["durationMs"].get("triggerExecution", 0))
         for p in progress
         if p["batchId"] >= first_batch and sinks.get(p["batchId"], {}).get("compute") is not None
     ]
     rows = [x for x, _ in points]
-    if len(set(rows)) < 2:
-        return f"steady batch cost: {len(points)} batches, too few input sizes to fit"
+    if not rows or max(rows) < MIN_FIT_SPREAD * min(rows):  # one file each: noise, no line
+        return f"steady batch cost: {len(points)} batches, too little spread in their rows to fit"
     mean_rows, mean_ms = statistics.fmean(rows), statistics.fmean(ms for _, ms in points)
     spread = sum((x - mean_rows) ** 2 for x in rows)
     per_row_ms = sum((x - mean_rows) * (ms - mean_ms) for x, ms in points) / spread

@@ -139,9 +139,13 @@ def test_the_steady_batch_cost_is_fitted_to_the_rows() -> None:
     )
 
 
-def test_the_steady_batch_cost_needs_two_input_sizes() -> None:
-    batches = [progress(15, 10_000, 1_000, 900), progress(16, 10_000, 1_100, 1_000)]
+def test_the_steady_batch_cost_needs_batches_of_different_sizes() -> None:
+    # one file each: the sizes differ by a few rows, and a line through them is noise
+    batches = [progress(15, 10_000, 1_000, 900), progress(16, 10_100, 900, 800)]
     sinks = {15: {"compute": 800}, 16: {"compute": 850}}
     assert engine_bench.steady_cost(batches, sinks, offered_per_s=10_000) == (
-        "steady batch cost: 2 batches, too few input sizes to fit"
+        "steady batch cost: 2 batches, too little spread in their rows to fit"
+    )
+    assert engine_bench.steady_cost([], {}, offered_per_s=10_000) == (
+        "steady batch cost: 0 batches, too little spread in their rows to fit"
     )
