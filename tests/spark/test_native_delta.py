@@ -233,7 +233,8 @@ class RacedByACompaction(NativeDeltaWriter):
                 write_deltalake(target, to_arrow("groups", [row]), mode="append")
             return True
 
-        racing = udf(commit_under_the_merge, "boolean").asNondeterministic()
+        # a plain row-at-a-time UDF, said so: left to infer it, pyspark warns about the hints
+        racing = udf(commit_under_the_merge, "boolean", useArrow=False).asNondeterministic()
         super()._merge(table, source.filter(racing(col("group_id"))), batch_id)
 
 
