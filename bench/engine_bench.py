@@ -529,6 +529,8 @@ def steady_cost(
     spread = sum((x - mean_rows) ** 2 for x in rows)
     per_row_ms = sum((x - mean_rows) * (ms - mean_ms) for x, ms in points) / spread
     fixed_ms = mean_ms - per_row_ms * mean_rows
+    if per_row_ms <= 0:  # larger batches were not slower: the VM's speed moved more than they
+        return f"steady batch cost: {len(points)} batches, no cost a row in the noise"
     load = offered_per_s * per_row_ms / 1000
     back_to_back = f"{fixed_ms / (1 - load):.0f} ms" if load < 1 else "never: over capacity"
     return (

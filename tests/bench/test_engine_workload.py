@@ -149,3 +149,11 @@ def test_the_steady_batch_cost_needs_batches_of_different_sizes() -> None:
     assert engine_bench.steady_cost([], {}, offered_per_s=10_000) == (
         "steady batch cost: 0 batches, too little spread in their rows to fit"
     )
+
+
+def test_no_steady_batch_cost_when_larger_batches_were_not_slower() -> None:
+    batches = [progress(15, 10_000, 1_500, 1_400), progress(16, 20_000, 1_200, 1_100)]
+    sinks = {15: {"compute": 800}, 16: {"compute": 850}}
+    assert engine_bench.steady_cost(batches, sinks, offered_per_s=10_000) == (
+        "steady batch cost: 2 batches, no cost a row in the noise"
+    )
