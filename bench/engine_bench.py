@@ -473,6 +473,18 @@ def _phases(progress: dict[str, Any], sink: dict[str, int] | None = None) -> str
 STEADY_FROM_BATCH = 15  # the batches before it carry the join burst and a fresh JIT
 
 
+def steady_batches(
+    progress: list[dict[str, Any]], sinks: dict[int, dict[str, int]], first_batch: int
+) -> list[tuple[dict[str, Any], dict[str, int]]]:
+    """The batches from ``first_batch`` on that the sink timed (its Spark job's ``compute``),
+    each with the sink's timings."""
+    return [
+        (p, sink)
+        for p in progress
+        if p["batchId"] >= first_batch and "compute" in (sink := sinks.get(p["batchId"]) or {})
+    ]
+
+
 def steady_by_files(
     progress: list[dict[str, Any]],
     sinks: dict[int, dict[str, int]],
@@ -484,10 +496,7 @@ def steady_by_files(
     (``triggerExecution``), of the Spark job that computes it (the sink's ``compute``) and of
     what ``addBatch`` spends after that job (the split and the Delta writes)."""
     by_files: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-    for p in progress:
-        sink = sinks.get(p["batchId"])
-        if p["batchId"] < first_batch or not sink or "compute" not in sink:
-            continue
+    for p, sink in steady_batches(progress, sinks, first_batch):
         files = max(1, round(p["numInputRows"] / rows_per_file))
         durations = p["durationMs"]
         after = durations.get("addBatch", 0) - sink["compute"]
@@ -517,24 +526,18 @@ def steady_cost(
     to back last about fixed / (1 - load): what the timers wait for, twice at worst (the batch
     in which one falls due, then the one that fires it). Only when the batches' sizes differ
     (some took two files): among batches of one file each the line is the noise's."""
-    points = [
-        (p["numInputRows"], p["durationMs"].get("triggerExecution", 0))
-        for p in progress
-        if p["batchId"] >= first_batch and sinks.get(p["batchId"], {}).get("compute") is not None
-    ]
-    rows = [x for x, _ in points]
+    batches = [p for p, _ in steady_batches(progress, sinks, first_batch)]
+    rows = [p["numInputRows"] for p in batches]
     if not rows or max(rows) < MIN_FIT_SPREAD * min(rows):  # one file each: noise, no line
-        return f"steady batch cost: {len(points)} batches, too little spread in their rows to fit"
-    mean_rows, mean_ms = statistics.fmean(rows), statistics.fmean(ms for _, ms in points)
-    spread = sum((x - mean_rows) ** 2 for x in rows)
-    per_row_ms = sum((x - mean_rows) * (ms - mean_ms) for x, ms in points) / spread
-    fixed_ms = mean_ms - per_row_ms * mean_rows
+        return f"steady batch cost: {len(batches)} batches, too little spread in their rows to fit"
+    durations_ms = [p["durationMs"].get("triggerExecution", 0) for p in batches]
+    per_row_ms, fixed_ms = statistics.linear_regression(rows, durations_ms)
     if per_row_ms <= 0:  # larger batches were not slower: the VM's speed moved more than they
-        return f"steady batch cost: {len(points)} batches, no cost a row in the noise"
+        return f"steady batch cost: {len(batches)} batches, no cost a row in the noise"
     load = offered_per_s * per_row_ms / 1000
     back_to_back = f"{fixed_ms / (1 - load):.0f} ms" if load < 1 else "never: over capacity"
     return (
-        f"steady batch cost (least squares, {len(points)} batches): fixed {fixed_ms:.0f} ms"
+        f"steady batch cost (least squares, {len(batches)} batches): fixed {fixed_ms:.0f} ms"
         f" + {per_row_ms * 1000:.1f} us a row; at {offered_per_s:,.0f} rows/s the rows take"
         f" {load:.0%} of the time, batches back to back last {back_to_back}"
     )

@@ -139,21 +139,26 @@ def test_the_steady_batch_cost_is_fitted_to_the_rows() -> None:
     )
 
 
-def test_the_steady_batch_cost_needs_batches_of_different_sizes() -> None:
-    # one file each: the sizes differ by a few rows, and a line through them is noise
-    batches = [progress(15, 10_000, 1_000, 900), progress(16, 10_100, 900, 800)]
+@pytest.mark.parametrize(
+    ("batches", "said"),
+    [
+        # one file each: the sizes differ by a few rows, and a line through them is noise
+        (
+            [progress(15, 10_000, 1_000, 900), progress(16, 10_100, 900, 800)],
+            "2 batches, too little spread in their rows to fit",
+        ),
+        ([], "0 batches, too little spread in their rows to fit"),
+        # the larger batch was quicker: the VM's speed moved more than the rows did
+        (
+            [progress(15, 10_000, 1_500, 1_400), progress(16, 20_000, 1_200, 1_100)],
+            "2 batches, no cost a row in the noise",
+        ),
+    ],
+)
+def test_no_steady_batch_cost_without_a_line_in_the_batches(
+    batches: list[dict[str, Any]], said: str
+) -> None:
     sinks = {15: {"compute": 800}, 16: {"compute": 850}}
     assert engine_bench.steady_cost(batches, sinks, offered_per_s=10_000) == (
-        "steady batch cost: 2 batches, too little spread in their rows to fit"
-    )
-    assert engine_bench.steady_cost([], {}, offered_per_s=10_000) == (
-        "steady batch cost: 0 batches, too little spread in their rows to fit"
-    )
-
-
-def test_no_steady_batch_cost_when_larger_batches_were_not_slower() -> None:
-    batches = [progress(15, 10_000, 1_500, 1_400), progress(16, 20_000, 1_200, 1_100)]
-    sinks = {15: {"compute": 800}, 16: {"compute": 850}}
-    assert engine_bench.steady_cost(batches, sinks, offered_per_s=10_000) == (
-        "steady batch cost: 2 batches, no cost a row in the noise"
+        f"steady batch cost: {said}"
     )
