@@ -85,24 +85,26 @@ Snapshot = dict[tuple[str, int], tuple[int, dict[int, tuple[str, int]]]]
 class CpuMeter:
     """CPU used between ``start`` and ``stop`` by the JVM, the Python workers and this process."""
 
-    def __init__(self, jvm_pid: int) -> None:
+    def __init__(self, jvm_pid: int, others: dict[str, int] | None = None) -> None:
         self.jvm_pid = jvm_pid
+        self.others = dict(others or {})  # more processes by name (a Kafka broker), each whole
         self.own_pid = os.getpid()
         self.started = time.monotonic()
         self.busy_before = _machine_busy()
         self.before = self._snapshot()
 
     @classmethod
-    def start(cls, spark: Any) -> CpuMeter | None:
+    def start(cls, spark: Any, others: dict[str, int] | None = None) -> CpuMeter | None:
         try:
             jvm_pid = int(spark.sparkContext._gateway.proc.pid)
         except Exception:  # not a gateway this process launched
             return None
-        return cls(jvm_pid) if (PROC / str(jvm_pid) / "stat").exists() else None
+        return cls(jvm_pid, others) if (PROC / str(jvm_pid) / "stat").exists() else None
 
     def _snapshot(self) -> Snapshot:
         kinds = [("jvm", self.jvm_pid), ("driver", self.own_pid)]
         kinds += [("worker", pid) for pid in _descendants(self.jvm_pid)]
+        kinds += list(self.others.items())
         snap: Snapshot = {}
         for kind, pid in kinds:
             stat = _stat(PROC / str(pid))
@@ -118,7 +120,7 @@ class CpuMeter:
         for (kind, pid), (total, threads) in after.items():
             was_total, was_threads = self.before.get((kind, pid), (0, {}))
             cores[kind] += (total - was_total) / per_second
-            if kind == "worker":
+            if kind == "worker" or kind in self.others:
                 continue
             parts: Counter[str] = Counter()
             for tid, (name, ticks) in threads.items():
@@ -139,10 +141,15 @@ def describe(cores: dict[str, float]) -> str:
         f"{part} {cores.get(f'jvm {part}', 0.0):.2f}"
         for part in [name for name, _ in JVM_PARTS] + ["other"]
     )
+    others = "".join(
+        f"; {name} {used:.2f}"
+        for name, used in cores.items()
+        if name not in ("machine", "worker", "jvm", "driver") and " " not in name
+    )
     return (
         f"CPU while loaded (cores): machine {cores.get('machine', 0.0):.2f} of "
         f"{len(os.sched_getaffinity(0))}; Python workers {cores.get('worker', 0.0):.2f}; "
         f"JVM {cores.get('jvm', 0.0):.2f} ({jvm}); "
         f"driver Python {cores.get('driver', 0.0):.2f} "
-        f"(delta-rs threads {cores.get('driver delta-rs', 0.0):.2f})"
+        f"(delta-rs threads {cores.get('driver delta-rs', 0.0):.2f}){others}"
     )

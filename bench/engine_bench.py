@@ -39,6 +39,11 @@ and the steady batch's cost fitted to its rows (a fixed part and a cost a row, b
 squares), with the share of each second the offered rows take and how long batches run back
 to back would last at that load.
 
+``--drops-per-second N`` splits each second's events into N files dropped evenly over the
+second (one by default), nearer a continuous stream such as Kafka's: with one file a second, a
+batch that runs a little over a second finds two files waiting, and batches go by whole
+seconds of input.
+
 ``--idle N`` measures idle batches instead: N groups join and sync with a 25-minute session
 (so no timer falls due), then the query runs on with no input for ``--seconds``; printed:
 each idle batch's duration (Spark's ``triggerExecution``, p50/p90/max) and its parts, the
@@ -53,6 +58,7 @@ another build, run that build's copy of this script.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -179,10 +185,16 @@ def idle_workload(groups: int) -> list[list[dict[str, Any]]]:
 
 
 def start_query(
-    spark: Any, out: Path, trigger_ms: int, keying: str, shards: int, writer: str
+    spark: Any,
+    out: Path,
+    trigger_ms: int,
+    keying: str,
+    shards: int,
+    writer: str,
+    kafka: KafkaInput | None = None,
 ) -> tuple[Any, Any]:
-    """A fresh coordinator query (and its progress listener) over ``out``'s landing directory,
-    tables and checkpoint; initial rebalance delay 0."""
+    """A fresh coordinator query (and its progress listener) over ``out``'s landing directory
+    (or ``kafka``'s topic), tables and checkpoint; initial rebalance delay 0."""
     from controlplane.core.config import parse_settings
     from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
     from controlplane.engine.queries import build_coordinator_query, register_progress_listener
@@ -201,7 +213,9 @@ def start_query(
             path=str(out / "landing"),
             max_files_per_trigger=1000,
             clean_source=CleanSource.DELETE,
-        ),
+        )
+        if kafka is None
+        else kafka.source_options(),
     )
     settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
     listener = register_progress_listener(spark, options)
@@ -355,9 +369,18 @@ def run_engine(
     shards: int,
     out: Path,
     writer: str = "delta-rs",
+    drops_per_second: int = 1,
+    kafka: KafkaInput | None = None,
 ) -> dict[str, Any]:
     landing, tables = out / "landing", out / "tables"
-    query, listener = start_query(spark, out, 500, keying, shards, writer)
+    query, listener = start_query(spark, out, 500, keying, shards, writer, kafka)
+
+    def drop(lines: list[str], now_ms: int, name: str) -> None:
+        if kafka is None:
+            _drop_texts(landing, lines, now_ms, name)
+        else:
+            kafka.send(lines, now_ms)
+
     expected = sum(len(s) for s in slots)
     quiet = sorted({e["group_id"] for s in slots for e in s if silent(e["group_id"])})
     removed = removed_by_timeout(quiet)
@@ -365,18 +388,14 @@ def run_engine(
     cores: dict[str, float] | None = None
     sink = SinkTimings().attach()
     try:
-        _drop(
-            landing,
-            [{"event_id": "warm", "type": "describe", "group_id": "warm", "event_time_ms": 1}],
-            "warm",
-        )
+        warm = {"event_id": "warm", "type": "describe", "group_id": "warm"}
+        drop([json.dumps(warm)[:-1]], 1, "warm")
         _wait(lambda: read(tables / "decisions"), 600)
         first_drop = time.time()
-        meter = CpuMeter.start(spark)
-        for second, lines in enumerate(texts):
-            target = first_drop + second
-            time.sleep(max(0.0, target - time.time()))
-            _drop_texts(landing, lines, int(time.time() * 1000), f"s{second:04d}")
+        meter = CpuMeter.start(spark, None if kafka is None else {"broker": kafka.broker.pid})
+        for offset_s, lines, name in drop_schedule(texts, drops_per_second):
+            time.sleep(max(0.0, first_drop + offset_s - time.time()))
+            drop(lines, int(time.time() * 1000), name)
         _wait(lambda: count(tables / "decisions") >= expected + 1, 1800)
         cores = meter.stop() if meter is not None else None  # the last answer is in
         # the silent groups' removals: the others' sessions expire after the last drop, and
@@ -386,7 +405,8 @@ def run_engine(
         loaded_progress = [p for p in query.recentProgress if p["numInputRows"]]
         add_batch_ms = [p["durationMs"].get("addBatch", 0) for p in loaded_progress]
         phases = [_phases(p, sink.by_batch.get(p["batchId"])) for p in loaded_progress]
-        steady = steady_by_files(loaded_progress, sink.by_batch, expected / len(slots))
+        per_file = expected / (len(slots) * drops_per_second)
+        steady = steady_by_files(loaded_progress, sink.by_batch, per_file)
         steady_per_s = statistics.median(len(s) for s in slots)  # a file a second
         steady.append(steady_cost(loaded_progress, sink.by_batch, steady_per_s))
         query.stop()
@@ -553,6 +573,74 @@ def encode_slots(slots: list[list[dict[str, Any]]]) -> list[list[str]]:
     ]
 
 
+class KafkaInput:
+    """The events as Kafka records instead of files (``--source kafka``): a topic with
+    LogAppendTime on a local broker (controlplane.io.broker.LocalBroker), one record an event,
+    keyed by its group (so a group's requests stay in one partition, in order), produced with
+    confluent-kafka (librdkafka; about 2 µs a record here, where kafka-python took 80-90 µs of
+    this process's CPU, most of a core at the issue's rate). The broker is a JVM of its own on
+    the same two cores; its CPU is printed beside the engine's."""
+
+    def __init__(self, broker: Any, topic: str, partitions: int) -> None:
+        from confluent_kafka import Producer
+
+        self.broker, self.topic = broker, topic
+        broker.create_topic(topic, partitions, {"message.timestamp.type": "LogAppendTime"})
+        self.producer = Producer(
+            {"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5, "acks": "1"}
+        )
+
+    def source_options(self) -> Any:
+        from controlplane.io.options import SourceOptions
+
+        return SourceOptions(
+            format="kafka",
+            path=self.topic,
+            kafka_bootstrap_servers=self.broker.bootstrap_servers,
+            max_records_per_trigger=10_000_000,  # as the files' 1,000: a batch takes what came
+            starting_offsets="earliest",
+        )
+
+    def send(self, texts: list[str], now_ms: int) -> None:
+        """The events (as ``encode_slots`` left them) stamped with ``now_ms``, each a record."""
+        stamp = f', "event_time_ms": {now_ms}}}'
+        produce = self.producer.produce
+        for text in texts:
+            produce(self.topic, value=text + stamp, key=group_of(text))
+        self.producer.flush(10)
+
+    def close(self) -> None:
+        self.producer.flush(10)
+
+
+def group_of(text: str) -> str:
+    """The ``group_id`` of an event's JSON text as ``encode_slots`` writes it."""
+    start = text.index('"group_id": "') + len('"group_id": "')
+    return text[start : text.index('"', start)]
+
+
+def drop_schedule(
+    texts: list[list[str]], drops_per_second: int
+) -> list[tuple[float, list[str], str]]:
+    """When each file is dropped (seconds from the first drop), its lines and its name: each
+    second-slot's lines in ``drops_per_second`` files of (nearly) equal size, evenly spaced
+    over its second, in the slot's order. One file a second quantizes the input: a batch that
+    takes a little over a second finds two files, where a continuous stream (Kafka) would have
+    given it a little over a second's rows."""
+    if drops_per_second < 1:
+        raise ValueError("drops_per_second must be at least 1")
+    schedule = []
+    for second, lines in enumerate(texts):
+        size, extra = divmod(len(lines), drops_per_second)
+        start = 0
+        for part in range(drops_per_second):
+            end = start + size + (part < extra)
+            name = f"s{second:04d}" if drops_per_second == 1 else f"s{second:04d}-{part:02d}"
+            schedule.append((second + part / drops_per_second, lines[start:end], name))
+            start = end
+    return schedule
+
+
 def _drop_texts(landing: Path, texts: list[str], now_ms: int, name: str) -> None:
     stamp = f', "event_time_ms": {now_ms}}}\n'
     _land(landing, stamp.join(texts) + stamp if texts else "", name)
@@ -634,6 +722,19 @@ def main() -> int:
     parser.add_argument(
         "--windows", type=int, default=0, help="answer latency per N seconds of drops (0: off)"
     )
+    parser.add_argument(
+        "--drops-per-second",
+        type=int,
+        default=1,
+        help="input files a second (each second's events split evenly; 1: one file a second)",
+    )
+    parser.add_argument(
+        "--source",
+        choices=("files", "kafka"),
+        default="files",
+        help="kafka: a local broker's topic (needs confluent-kafka: pip install confluent-kafka)",
+    )
+    parser.add_argument("--kafka-partitions", type=int, default=2, help="the topic's partitions")
     parser.add_argument("--master", default="local[2]", help="e.g. local[1] against local[2]")
     parser.add_argument(
         "--no-core", action="store_true", help="skip the core's in-process replay (long runs)"
@@ -641,6 +742,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.windows < 0:
         parser.error("--windows must be 0 (off) or a number of seconds")
+    if args.drops_per_second < 1:
+        parser.error("--drops-per-second must be at least 1")
+    if args.source == "kafka":
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            parser.error("--source kafka needs confluent-kafka: pip install confluent-kafka")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]
     )
@@ -672,6 +780,20 @@ def main() -> int:
             )
         spark.stop()
         return 0
+    with contextlib.ExitStack() as stack:
+        broker = None
+        if args.source == "kafka":
+            from controlplane.io.broker import LocalBroker
+
+            broker = stack.enter_context(LocalBroker())
+            print(f"Kafka {broker.kafka_version} on {broker.bootstrap_servers}", flush=True)
+        loaded_runs(spark, args, broker)
+    spark.stop()
+    return 0
+
+
+def loaded_runs(spark: Any, args: argparse.Namespace, broker: Any) -> None:
+    """Each loaded run of the command line, its figures printed as it ends."""
     print(HEADER)
     for groups in [int(g) for g in args.groups.split(",")]:
         slots = workload(groups, args.seconds, spread_silence=args.spread_silence)
@@ -679,8 +801,12 @@ def main() -> int:
         for keying in args.keyings.split(","):
             core = float("nan") if args.no_core else core_rate(slots, keying, args.shards)
             for writer in args.writers.split(","):
-                out = Path(args.out) / f"{keying}-{groups}-{writer}"
-                figures = run_engine(spark, slots, keying, args.shards, out, writer)
+                name = f"{keying}-{groups}-{writer}"
+                out = Path(args.out) / name
+                kafka = None if broker is None else KafkaInput(broker, name, args.kafka_partitions)
+                figures = run_engine(
+                    spark, slots, keying, args.shards, out, writer, args.drops_per_second, kafka
+                )
                 print(line(groups, keying, writer, offered, core, figures), flush=True)
                 if figures["cores"] is not None:
                     print(f"  {describe(figures['cores'])}", flush=True)
@@ -692,8 +818,6 @@ def main() -> int:
                     removals = figures["removals_at"]
                     for window in latency_windows(answers, removals, first, args.windows):
                         print(f"  {window}", flush=True)
-    spark.stop()
-    return 0
 
 
 if __name__ == "__main__":

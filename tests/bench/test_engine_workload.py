@@ -3,6 +3,7 @@ run itself is by hand, but what it offers and how it buckets its figures are che
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -71,6 +72,32 @@ def test_a_run_too_short_for_heartbeats_still_builds(seconds: int) -> None:
     slots = engine_bench.workload(30, seconds, spread_silence=True)
     assert len(slots) == seconds
     assert sum(1 for s in slots for e in s if e["type"] == "join") == 30
+
+
+def test_one_drop_a_second_is_each_slot_as_one_file() -> None:
+    texts = [["a", "b", "c"], [], ["d"]]
+    assert engine_bench.drop_schedule(texts, 1) == [
+        (0.0, ["a", "b", "c"], "s0000"),
+        (1.0, [], "s0001"),
+        (2.0, ["d"], "s0002"),
+    ]
+
+
+def test_more_drops_a_second_split_each_slot_evenly_in_order_over_its_second() -> None:
+    texts = [[f"e{n}" for n in range(10)], ["f0", "f1"]]
+    schedule = engine_bench.drop_schedule(texts, 4)
+    assert [at for at, _, _ in schedule] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75]
+    assert [len(lines) for _, lines, _ in schedule] == [3, 3, 2, 2, 1, 1, 0, 0]
+    # every line once, in the slot's order, and the names sort in drop order
+    assert [line for _, lines, _ in schedule for line in lines] == texts[0] + texts[1]
+    names = [name for _, _, name in schedule]
+    assert names == sorted(names)
+    assert len(set(names)) == len(names)
+
+
+def test_a_drop_schedule_needs_a_drop_a_second() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        engine_bench.drop_schedule([["a"]], 0)
 
 
 def progress(batch_id: int, rows: int, total_ms: int, add_batch_ms: int) -> dict[str, Any]:
@@ -162,3 +189,34 @@ def test_no_steady_batch_cost_without_a_line_in_the_batches(
     assert engine_bench.steady_cost(batches, sinks, offered_per_s=10_000) == (
         f"steady batch cost: {said}"
     )
+
+
+def test_a_kafka_record_is_an_event_stamped_and_keyed_by_its_group() -> None:
+    slots = engine_bench.workload(40, 8)
+    texts = engine_bench.encode_slots(slots)
+    sent: list[tuple[str, str, str]] = []
+    flushed: list[float] = []
+
+    class Producer:
+        def produce(self, topic: str, *, value: str, key: str) -> None:
+            sent.append((topic, value, key))
+
+        def flush(self, timeout_s: float) -> None:
+            flushed.append(timeout_s)
+
+    kafka = object.__new__(engine_bench.KafkaInput)
+    kafka.topic, kafka.producer = "requests", Producer()
+    kafka.send(texts[4], 1_234)
+    assert flushed  # the second's records are out before the next second's
+    events = [json.loads(value) for _, value, _ in sent]
+    assert events == [{**event, "event_time_ms": 1_234} for event in slots[4]]
+    assert [key for _, _, key in sent] == [event["group_id"] for event in slots[4]]
+    assert {topic for topic, _, _ in sent} == {"requests"}
+
+
+def test_the_cpu_line_names_a_broker_when_one_was_measured() -> None:
+    import cpu_meter
+
+    cores = {"machine": 1.5, "worker": 0.5, "jvm": 0.8, "driver": 0.1, "jvm tasks": 0.3}
+    assert "broker" not in cpu_meter.describe(cores)
+    assert cpu_meter.describe({**cores, "broker": 0.07}).endswith("; broker 0.07")
