@@ -581,10 +581,18 @@ class KafkaInput:
     this process's CPU, most of a core at the issue's rate). The broker is a JVM of its own on
     the same two cores; its CPU is printed beside the engine's."""
 
-    def __init__(self, broker: Any, topic: str, partitions: int) -> None:
+    def __init__(
+        self,
+        broker: Any,
+        topic: str,
+        partitions: int,
+        options: dict[str, str] | None = None,
+        max_records: int = 10_000_000,
+    ) -> None:
         from confluent_kafka import Producer
 
-        self.broker, self.topic = broker, topic
+        self.broker, self.topic, self.options = broker, topic, dict(options or {})
+        self.max_records = max_records
         broker.create_topic(topic, partitions, {"message.timestamp.type": "LogAppendTime"})
         self.producer = Producer(
             {"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5, "acks": "1"}
@@ -597,8 +605,9 @@ class KafkaInput:
             format="kafka",
             path=self.topic,
             kafka_bootstrap_servers=self.broker.bootstrap_servers,
-            max_records_per_trigger=10_000_000,  # as the files' 1,000: a batch takes what came
+            max_records_per_trigger=self.max_records,
             starting_offsets="earliest",
+            kafka_options=self.options,
         )
 
     def send(self, texts: list[str], now_ms: int) -> None:
@@ -611,6 +620,11 @@ class KafkaInput:
 
     def close(self) -> None:
         self.producer.flush(10)
+
+
+def kafka_options(args: argparse.Namespace) -> dict[str, str]:
+    """``--kafka-option NAME=VALUE`` as the source's kafka_options."""
+    return dict(option.split("=", 1) for option in args.kafka_option)
 
 
 def group_of(text: str) -> str:
@@ -735,6 +749,19 @@ def main() -> int:
         help="kafka: a local broker's topic (needs confluent-kafka: pip install confluent-kafka)",
     )
     parser.add_argument("--kafka-partitions", type=int, default=2, help="the topic's partitions")
+    parser.add_argument(
+        "--kafka-max-records",
+        type=int,
+        default=10_000_000,
+        help="the source's max_records_per_trigger (default: as the files' 1,000 a batch, no cap)",
+    )
+    parser.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Kafka client property of the source (the engine's kafka_options), repeatable",
+    )
     parser.add_argument("--master", default="local[2]", help="e.g. local[1] against local[2]")
     parser.add_argument(
         "--no-core", action="store_true", help="skip the core's in-process replay (long runs)"
@@ -744,6 +771,8 @@ def main() -> int:
         parser.error("--windows must be 0 (off) or a number of seconds")
     if args.drops_per_second < 1:
         parser.error("--drops-per-second must be at least 1")
+    if any("=" not in option for option in args.kafka_option):
+        parser.error("--kafka-option takes NAME=VALUE")
     if args.source == "kafka":
         try:
             import confluent_kafka  # noqa: F401
@@ -803,7 +832,17 @@ def loaded_runs(spark: Any, args: argparse.Namespace, broker: Any) -> None:
             for writer in args.writers.split(","):
                 name = f"{keying}-{groups}-{writer}"
                 out = Path(args.out) / name
-                kafka = None if broker is None else KafkaInput(broker, name, args.kafka_partitions)
+                kafka = (
+                    None
+                    if broker is None
+                    else KafkaInput(
+                        broker,
+                        name,
+                        args.kafka_partitions,
+                        kafka_options(args),
+                        args.kafka_max_records,
+                    )
+                )
                 figures = run_engine(
                     spark, slots, keying, args.shards, out, writer, args.drops_per_second, kafka
                 )

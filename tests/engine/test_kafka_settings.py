@@ -28,6 +28,7 @@ from controlplane.io.kafka_clients import (
     python_client_config,
 )
 from controlplane.io.options import KafkaEndpoint, SourceOptions
+from controlplane.io.sources import FETCH_MAX_WAIT_MS, kafka_reader_options
 from engine.fakes import CountingRunner, FakeGroupState, FakeSpark
 
 JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required"
@@ -56,6 +57,29 @@ def test_a_kafka_source_starts_from_the_earliest_offsets_by_default() -> None:
     assert again.quota_source is not None
     assert json.loads(again.quota_source.starting_offsets) == offsets
     assert again.quota_source.max_records_per_trigger == 500
+
+
+def test_the_source_lets_the_broker_hold_an_empty_fetch_briefly_unless_told_otherwise() -> None:
+    """The consumer's fetch sent ahead at the end of a batch's range would otherwise hold up
+    the next batch's first poll for up to Kafka's default 500 ms a partition."""
+    source = parse({"coordinator": kafka(max_records_per_trigger=500)}).coordinator_source
+    assert source is not None
+    assert kafka_reader_options(source) == {
+        "kafka.bootstrap.servers": "b:9092",
+        "subscribe": "requests",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "500",
+        "includeHeaders": "true",
+        "failOnDataLoss": "true",
+        "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+    }
+    assert FETCH_MAX_WAIT_MS < 500
+    options = {"fetch.max.wait.ms": "200", "security.protocol": "SSL"}
+    told = parse({"coordinator": kafka(kafka_options=options)}).coordinator_source
+    assert told is not None
+    chosen = kafka_reader_options(told)
+    assert chosen["kafka.fetch.max.wait.ms"] == "200"
+    assert chosen["kafka.security.protocol"] == "SSL"
 
 
 @pytest.mark.parametrize(

@@ -119,20 +119,35 @@ def _kafka(spark: Any, options: SourceOptions, require_principal: bool) -> Any:
     """Kafka topics through Spark's Kafka source (``spark-sql-kafka-0-10``; Databricks ships
     it, ``make setup`` pins it locally). ``path`` is the topic list; ``kafka_options`` go to
     the source as ``kafka.<name>``, already resolved (engine/secrets.py)."""
+    reader = spark.readStream.format("kafka").options(**kafka_reader_options(options))
+    return kafka_rows(reader.load(), options, require_principal)
+
+
+# How long the source's consumer lets the broker hold a fetch that finds no new record (Kafka's
+# default is 500 ms). When a poll returns records, the Java consumer sends the next fetch ahead;
+# at the end of a batch's offset range that fetch finds nothing and waits at the broker, and
+# the next batch's first poll, on the same cached consumer, cannot fetch until it returns. With
+# Kafka's default a batch's source stage waited about 0.35 s a partition for it
+# (docs/benchmarks/engine.md, issue 14, fourteenth session). ``kafka_options`` may set another.
+FETCH_MAX_WAIT_MS = 10
+
+
+def kafka_reader_options(options: SourceOptions) -> dict[str, str]:
+    """The options of Spark's Kafka source: the engine's, then ``kafka_options`` as
+    ``kafka.<name>``, which win over the engine's consumer defaults (``fetch.max.wait.ms``)."""
     if not options.kafka_bootstrap_servers:
         raise ValueError("sources.*.kafka_bootstrap_servers is required for format: kafka")
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", options.kafka_bootstrap_servers)
-        .option("subscribe", options.path)
-        .option("startingOffsets", options.starting_offsets)
-        .option("maxOffsetsPerTrigger", options.max_records_per_trigger)
-        .option("includeHeaders", "true")
-        .option("failOnDataLoss", "true")
-    )
-    for key, value in options.kafka_options.items():
-        reader = reader.option(f"kafka.{key}", value)
-    return kafka_rows(reader.load(), options, require_principal)
+    values = {
+        "kafka.bootstrap.servers": options.kafka_bootstrap_servers,
+        "subscribe": options.path,
+        "startingOffsets": options.starting_offsets,
+        "maxOffsetsPerTrigger": str(options.max_records_per_trigger),
+        "includeHeaders": "true",
+        "failOnDataLoss": "true",
+        "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+    }
+    values.update({f"kafka.{key}": value for key, value in options.kafka_options.items()})
+    return values
 
 
 LOG_APPEND_TIME = 1  # Kafka's timestampType: 0 CreateTime, 1 LogAppendTime
