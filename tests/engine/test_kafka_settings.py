@@ -27,7 +27,7 @@ from controlplane.io.kafka_clients import (
     KafkaSetupError,
     python_client_config,
 )
-from controlplane.io.options import KafkaEndpoint, SourceOptions
+from controlplane.io.options import MAX_RECORDS_PER_TRIGGER, KafkaEndpoint, SourceOptions
 from controlplane.io.sources import FETCH_MAX_WAIT_MS, kafka_reader_options
 from engine.fakes import CountingRunner, FakeGroupState, FakeSpark
 
@@ -51,7 +51,10 @@ def test_a_kafka_source_starts_from_the_earliest_offsets_by_default() -> None:
     source = parse({"quota": kafka()}).quota_source
     assert source is not None
     assert source.starting_offsets == "earliest"
-    assert source.max_records_per_trigger == 10_000
+    assert source.max_records_per_trigger == MAX_RECORDS_PER_TRIGGER
+    # a steady batch at the issue-14 load (10,200 events/s, batches of 1-2 s) is not capped
+    assert MAX_RECORDS_PER_TRIGGER >= 2 * 10_200
+    assert SourceOptions("kafka", "t").max_records_per_trigger == MAX_RECORDS_PER_TRIGGER
     offsets = {"requests": {"0": 42, "1": -2}}
     again = parse({"quota": kafka(starting_offsets=offsets, max_records_per_trigger=500)})
     assert again.quota_source is not None

@@ -17,7 +17,12 @@ from typing import Any
 from controlplane.core.config import ConfigError, Settings
 from controlplane.engine.secrets import check_credential, check_references
 from controlplane.io.locations import NAMES_NEED_NATIVE, TableNames, parse_tables_schema
-from controlplane.io.options import CleanSource, KafkaEndpoint, SourceOptions
+from controlplane.io.options import (
+    MAX_RECORDS_PER_TRIGGER,
+    CleanSource,
+    KafkaEndpoint,
+    SourceOptions,
+)
 
 
 class TimeMode(StrEnum):
@@ -247,7 +252,9 @@ def _source(where: str, raw: object) -> SourceOptions:
         kafka_bootstrap_servers=optional["kafka_bootstrap_servers"],
         user_header=_str(f"{where}.user_header", raw.get("user_header", "user")),
         max_records_per_trigger=_int(
-            f"{where}.max_records_per_trigger", raw.get("max_records_per_trigger", 10_000), 1
+            f"{where}.max_records_per_trigger",
+            raw.get("max_records_per_trigger", MAX_RECORDS_PER_TRIGGER),
+            1,
         ),
         starting_offsets=_starting_offsets(
             f"{where}.starting_offsets", raw.get("starting_offsets", "earliest")
