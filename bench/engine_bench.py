@@ -44,6 +44,12 @@ second (one by default), nearer a continuous stream such as Kafka's: with one fi
 batch that runs a little over a second finds two files waiting, and batches go by whole
 seconds of input.
 
+``--source kafka`` sends the events as Kafka records instead (``KafkaInput``: a local broker,
+a LogAppendTime topic per run, confluent-kafka as the producer, which is not a project
+dependency); ``--kafka-partitions``, ``--kafka-max-records`` and ``--kafka-option NAME=VALUE``
+shape the topic and the engine's Kafka source, and ``--drops-per-second`` spreads the records
+the same way.
+
 ``--idle N`` measures idle batches instead: N groups join and sync with a 25-minute session
 (so no timer falls due), then the query runs on with no input for ``--seconds``; printed:
 each idle batch's duration (Spark's ``triggerExecution``, p50/p90/max) and its parts, the
