@@ -583,9 +583,10 @@ class KafkaInput:
     """The events as Kafka records instead of files (``--source kafka``): a topic with
     LogAppendTime on a local broker (controlplane.io.broker.LocalBroker), one record an event,
     keyed by its group (so a group's requests stay in one partition, in order), produced with
-    confluent-kafka (librdkafka; about 2 µs a record here, where kafka-python took 80-90 µs of
-    this process's CPU, most of a core at the issue's rate). The broker is a JVM of its own on
-    the same two cores; its CPU is printed beside the engine's."""
+    confluent-kafka (librdkafka, in C): kafka-python's producer took 80-93 µs of this process's
+    CPU a record, most of a core at the issue's rate, where with confluent-kafka this process
+    used about what it uses dropping files (the CPU line's "driver Python"). The broker is a JVM
+    of its own on the same two cores; its CPU is printed beside the engine's."""
 
     def __init__(
         self,
@@ -593,7 +594,7 @@ class KafkaInput:
         topic: str,
         partitions: int,
         options: dict[str, str] | None = None,
-        max_records: int = 10_000_000,
+        max_records: int | None = None,
     ) -> None:
         from confluent_kafka import Producer
 
@@ -611,7 +612,7 @@ class KafkaInput:
             format="kafka",
             path=self.topic,
             kafka_bootstrap_servers=self.broker.bootstrap_servers,
-            max_records_per_trigger=self.max_records,
+            **({} if self.max_records is None else {"max_records_per_trigger": self.max_records}),
             starting_offsets="earliest",
             kafka_options=self.options,
         )
@@ -624,13 +625,13 @@ class KafkaInput:
             produce(self.topic, value=text + stamp, key=group_of(text))
         self.producer.flush(10)
 
-    def close(self) -> None:
-        self.producer.flush(10)
-
 
 def kafka_options(args: argparse.Namespace) -> dict[str, str]:
-    """``--kafka-option NAME=VALUE`` as the source's kafka_options."""
-    return dict(option.split("=", 1) for option in args.kafka_option)
+    """``--kafka-option NAME=VALUE`` as the source's kafka_options, checked as the engine checks
+    a configuration's (``bootstrap.servers`` and the like are refused)."""
+    from controlplane.engine.options import kafka_options as checked
+
+    return checked("--kafka-option", dict(o.split("=", 1) for o in args.kafka_option))
 
 
 def group_of(text: str) -> str:
@@ -758,8 +759,8 @@ def main() -> int:
     parser.add_argument(
         "--kafka-max-records",
         type=int,
-        default=10_000_000,
-        help="the source's max_records_per_trigger (default: as the files' 1,000 a batch, no cap)",
+        default=None,
+        help="the source's max_records_per_trigger (default: the engine's, 50,000)",
     )
     parser.add_argument(
         "--kafka-option",
@@ -779,6 +780,12 @@ def main() -> int:
         parser.error("--drops-per-second must be at least 1")
     if any("=" not in option for option in args.kafka_option):
         parser.error("--kafka-option takes NAME=VALUE")
+    if args.kafka_max_records is not None and args.kafka_max_records < 1:
+        parser.error("--kafka-max-records must be at least 1")
+    try:
+        kafka_options(args)
+    except ValueError as exc:  # the engine's ConfigError
+        parser.error(str(exc))
     if args.source == "kafka":
         try:
             import confluent_kafka  # noqa: F401

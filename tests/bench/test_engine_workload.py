@@ -220,3 +220,14 @@ def test_the_cpu_line_names_a_broker_when_one_was_measured() -> None:
     cores = {"machine": 1.5, "worker": 0.5, "jvm": 0.8, "driver": 0.1, "jvm tasks": 0.3}
     assert "broker" not in cpu_meter.describe(cores)
     assert cpu_meter.describe({**cores, "broker": 0.07}).endswith("; broker 0.07")
+
+
+def test_the_bench_checks_its_kafka_options_as_the_engine_checks_a_configuration() -> None:
+    import argparse
+
+    from controlplane.core.config import ConfigError
+
+    given = argparse.Namespace(kafka_option=["fetch.max.wait.ms=500", "client.id=a=b"])
+    assert engine_bench.kafka_options(given) == {"fetch.max.wait.ms": "500", "client.id": "a=b"}
+    with pytest.raises(ConfigError, match=r"bootstrap\.servers"):
+        engine_bench.kafka_options(argparse.Namespace(kafka_option=["bootstrap.servers=x:1"]))
