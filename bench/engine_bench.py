@@ -593,12 +593,12 @@ class KafkaInput:
         broker: Any,
         topic: str,
         partitions: int,
-        options: dict[str, str] | None = None,
-        max_records: int | None = None,
+        options: dict[str, str],
+        max_records: int,
     ) -> None:
         from confluent_kafka import Producer
 
-        self.broker, self.topic, self.options = broker, topic, dict(options or {})
+        self.broker, self.topic, self.options = broker, topic, options
         self.max_records = max_records
         broker.create_topic(topic, partitions, {"message.timestamp.type": "LogAppendTime"})
         self.producer = Producer(
@@ -612,7 +612,7 @@ class KafkaInput:
             format="kafka",
             path=self.topic,
             kafka_bootstrap_servers=self.broker.bootstrap_servers,
-            **({} if self.max_records is None else {"max_records_per_trigger": self.max_records}),
+            max_records_per_trigger=self.max_records,
             starting_offsets="earliest",
             kafka_options=self.options,
         )
@@ -723,6 +723,8 @@ def spark_java_options(spark: Any) -> str:
 
 
 def main() -> int:
+    from controlplane.io.options import MAX_RECORDS_PER_TRIGGER
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", default="100,1000,10000")
     parser.add_argument("--keyings", default="group,shard")
@@ -759,8 +761,8 @@ def main() -> int:
     parser.add_argument(
         "--kafka-max-records",
         type=int,
-        default=None,
-        help="the source's max_records_per_trigger (default: the engine's, 50,000)",
+        default=MAX_RECORDS_PER_TRIGGER,
+        help="the source's max_records_per_trigger (default: the engine's)",
     )
     parser.add_argument(
         "--kafka-option",
@@ -780,10 +782,10 @@ def main() -> int:
         parser.error("--drops-per-second must be at least 1")
     if any("=" not in option for option in args.kafka_option):
         parser.error("--kafka-option takes NAME=VALUE")
-    if args.kafka_max_records is not None and args.kafka_max_records < 1:
-        parser.error("--kafka-max-records must be at least 1")
+    if args.kafka_max_records < 1 or args.kafka_partitions < 1:
+        parser.error("--kafka-max-records and --kafka-partitions must be at least 1")
     try:
-        kafka_options(args)
+        args.kafka_options = kafka_options(args)
     except ValueError as exc:  # the engine's ConfigError
         parser.error(str(exc))
     if args.source == "kafka":
@@ -852,7 +854,7 @@ def loaded_runs(spark: Any, args: argparse.Namespace, broker: Any) -> None:
                         broker,
                         name,
                         args.kafka_partitions,
-                        kafka_options(args),
+                        args.kafka_options,
                         args.kafka_max_records,
                     )
                 )
