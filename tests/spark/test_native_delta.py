@@ -270,3 +270,24 @@ def test_a_merge_that_keeps_losing_fails_the_batch(
 def test_auto_means_native_in_a_session_with_delta(spark: Any, tmp_path: Path) -> None:
     assert choose_writer(spark, str(tmp_path), "app", "auto").kind == "native"
     assert choose_writer(spark, str(tmp_path), "app", "delta-rs").kind == "delta-rs"
+
+
+@pytest.mark.parametrize("table", ["decisions", "groups"])
+@pytest.mark.parametrize("writer", ["native", "delta-rs"])
+def test_a_table_whose_create_died_before_its_first_commit_is_created(
+    spark: Any, tmp_path: Path, writer: str, table: str
+) -> None:
+    """A job stopped or killed while it created a table leaves the table's directory with a
+    Delta log and no commit in it. The next run creates the table there, with its
+    properties, instead of failing on it at every start."""
+    (tmp_path / table / "_delta_log").mkdir(parents=True)
+    row = group("g1", "Stable") if table == "groups" else decision("a", 0)
+    chosen = (
+        NativeDeltaWriter(spark, str(tmp_path), "app")
+        if writer == "native"
+        else DeltaRsWriter(tmp_path, "app")
+    )
+    assert chosen.write(table, [row], 0)
+    assert len(spark_rows(spark, tmp_path / table)) == 1
+    for key, value in table_properties(table).items():
+        assert properties(spark, tmp_path / table).get(key) == value, key

@@ -11,12 +11,18 @@ lineage, and the maintenance the platform runs on managed tables.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from controlplane.core.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Delta's error condition for a table it cannot find where it looked.
+TABLE_NOT_FOUND = "DELTA_TABLE_NOT_FOUND"
 
 # A catalog or schema name as the engine accepts it: letters, digits, ``_`` and ``-`` (quoted
 # with backticks in every statement, which Unity Catalog needs for ``-``).
@@ -53,13 +59,42 @@ class TablePaths:
         return f"delta.`{self.path(table)}`"
 
     def create(self, spark: Any, table: str, columns: Any, properties: Mapping[str, str]) -> None:
-        """Create the table with ``properties`` unless it exists (then left as it is)."""
+        """Create the table with ``properties`` unless it exists (then left as it is).
+
+        A directory that holds a Delta log with no commit in it is a create that was stopped
+        or killed between making the log and committing the table's first version. Delta's
+        ``createIfNotExists`` takes any non-empty directory for a table, skips the create, and
+        then fails to read it (``DELTA_TABLE_NOT_FOUND``), at every start. There the table's
+        first version is committed by an empty append that carries the properties, as a
+        create would set them. A table another writer created meanwhile fails that append
+        with a commit conflict, and is then there."""
         from delta.tables import DeltaTable
 
         builder = DeltaTable.createIfNotExists(spark).location(self.path(table)).addColumns(columns)
         for key, value in properties.items():
             builder = builder.property(key, value)
-        builder.execute()
+        try:
+            builder.execute()
+        except Exception as exc:
+            if not has_condition(exc, TABLE_NOT_FOUND):
+                raise
+            log.warning(
+                "%s: a Delta log without a commit; committing the table's first version",
+                self.path(table),
+            )
+            self._commit_first_version(spark, table, columns, properties, builder)
+
+    def _commit_first_version(
+        self, spark: Any, table: str, columns: Any, properties: Mapping[str, str], builder: Any
+    ) -> None:
+        writer = spark.createDataFrame([], columns).write.format("delta").mode("append")
+        try:
+            self.save(writer.options(**properties), table)
+        except Exception as append_error:
+            try:
+                builder.execute()  # another writer created it meanwhile
+            except Exception:
+                raise append_error from None
 
     def save(self, writer: Any, table: str) -> None:
         """Run a ``DataFrameWriter`` (format, mode and options set) into the table."""
@@ -155,3 +190,16 @@ def _type_ddl(kind: Any) -> str:
     if isinstance(kind, ArrayType):
         return f"ARRAY<{_type_ddl(kind.elementType)}>"
     return str(kind.simpleString())
+
+
+def has_condition(exc: BaseException, condition: str) -> bool:
+    """Whether Spark's error ``exc`` has the error condition ``condition``: asked of the
+    exception where PySpark converted it, read from its ``[CONDITION]`` message otherwise (a
+    ``Py4JJavaError``)."""
+    get = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    try:
+        if get is not None and get() == condition:
+            return True
+    except Exception:  # a closed gateway: the message says it or nothing does
+        pass
+    return f"[{condition}]" in str(exc)
