@@ -48,7 +48,9 @@ seconds of input.
 a LogAppendTime topic per run, confluent-kafka as the producer, which is not a project
 dependency); ``--kafka-partitions``, ``--kafka-max-records`` and ``--kafka-option NAME=VALUE``
 shape the topic and the engine's Kafka source, and ``--drops-per-second`` spreads the records
-the same way.
+the same way. ``--answers-partitions N`` adds an answers topic (``engine.answers_topic``) of N
+partitions on the same broker and prints, after the run, its records against the decisions and
+their latency as a client reading the topic sees it (the broker's append time - the drop time).
 
 ``--idle N`` measures idle batches instead: N groups join and sync with a 25-minute session
 (so no timer falls due), then the query runs on with no input for ``--seconds``; printed:
@@ -222,6 +224,7 @@ def start_query(
         )
         if kafka is None
         else kafka.source_options(),
+        answers_topic=None if kafka is None else kafka.answers_topic,
     )
     settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
     listener = register_progress_listener(spark, options)
@@ -453,6 +456,7 @@ def run_engine(
         "answers": [(r["event_time_ms"], r["processed_at_ms"]) for r in decisions],
         "removals_at": [(r["at_ms"], r["processed_at_ms"]) for r in removals],
         "first_drop_ms": int(first_drop * 1000),
+        "topic_answers": None if kafka is None or kafka.answers_topic is None else kafka.answers(),
     }
 
 
@@ -595,12 +599,18 @@ class KafkaInput:
         partitions: int,
         options: dict[str, str],
         max_records: int,
+        answers_partitions: int = 0,
     ) -> None:
         from confluent_kafka import Producer
 
         self.broker, self.topic, self.options = broker, topic, options
         self.max_records = max_records
         broker.create_topic(topic, partitions, {"message.timestamp.type": "LogAppendTime"})
+        self.answers_topic = f"{topic}-answers" if answers_partitions else None
+        if self.answers_topic is not None:
+            broker.create_topic(
+                self.answers_topic, answers_partitions, {"message.timestamp.type": "LogAppendTime"}
+            )
         self.producer = Producer(
             {"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5, "acks": "1"}
         )
@@ -624,6 +634,57 @@ class KafkaInput:
         for text in texts:
             produce(self.topic, value=text + stamp, key=group_of(text))
         self.producer.flush(10)
+
+    def answers(self) -> list[tuple[int, int]]:
+        """Every record on the answers topic as (the request's ``event_time_ms``, the time
+        the broker appended the answer): the latency a client reading the topic sees. The
+        warm-up's answer is left out."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        topic = self.answers_topic
+        assert topic is not None, "a run without an answers topic"
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.broker.bootstrap_servers,
+                "group.id": f"{topic}-bench",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            metadata = consumer.list_topics(topic, timeout=10)
+            ends = {}
+            for partition in metadata.topics[topic].partitions:
+                ends[partition] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10
+                )[1]
+            consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+            pairs, left, empty = [], sum(ends.values()), 0
+            while left > 0:
+                messages = consumer.consume(10_000, timeout=5)
+                empty = 0 if messages else empty + 1
+                if empty == 3:
+                    raise RuntimeError(f"{topic}: {left} records not read in 15 s")
+                for message in messages:
+                    if message.error() is not None:
+                        raise RuntimeError(str(message.error()))
+                    left -= 1
+                    row = json.loads(message.value() or b"{}")
+                    if row.get("group_id") != "warm":
+                        pairs.append((row["event_time_ms"], message.timestamp()[1]))
+            return pairs
+        finally:
+            consumer.close()
+
+
+def describe_topic_answers(pairs: list[tuple[int, int]], decisions: int) -> str:
+    """The answers topic against the decisions table: how many records (at least once: a
+    replayed batch sends its answers again) and their latency as a client reading the topic
+    sees it (the broker's append time - the request's drop time)."""
+    late = [float(appended - dropped) for dropped, appended in pairs]
+    return (
+        f"answers topic: {len(pairs)} records for {decisions} decisions, latency p50 "
+        f"{percentile(late, 0.5):.0f} / p99 {percentile(late, 0.99):.0f} ms"
+    )
 
 
 def kafka_options(args: argparse.Namespace) -> dict[str, str]:
@@ -771,6 +832,12 @@ def main() -> int:
         metavar="NAME=VALUE",
         help="a Kafka client property of the source (the engine's kafka_options), repeatable",
     )
+    parser.add_argument(
+        "--answers-partitions",
+        type=int,
+        default=0,
+        help="with --source kafka: an answers topic of N partitions (0: none)",
+    )
     parser.add_argument("--master", default="local[2]", help="e.g. local[1] against local[2]")
     parser.add_argument(
         "--no-core", action="store_true", help="skip the core's in-process replay (long runs)"
@@ -784,6 +851,8 @@ def main() -> int:
         parser.error("--kafka-option takes NAME=VALUE")
     if args.kafka_max_records < 1 or args.kafka_partitions < 1:
         parser.error("--kafka-max-records and --kafka-partitions must be at least 1")
+    if args.answers_partitions < 0 or (args.answers_partitions and args.source != "kafka"):
+        parser.error("--answers-partitions is a number of partitions, with --source kafka only")
     try:
         args.kafka_options = kafka_options(args)
     except ValueError as exc:  # the engine's ConfigError
@@ -856,6 +925,7 @@ def loaded_runs(spark: Any, args: argparse.Namespace, broker: Any) -> None:
                         args.kafka_partitions,
                         args.kafka_options,
                         args.kafka_max_records,
+                        args.answers_partitions,
                     )
                 )
                 figures = run_engine(
@@ -867,11 +937,16 @@ def loaded_runs(spark: Any, args: argparse.Namespace, broker: Any) -> None:
                 if args.phases:
                     for phase in figures["phases"] + figures["steady"]:
                         print(f"  {phase}", flush=True)
+                topic = figures["topic_answers"]
+                if topic is not None:
+                    print(f"  {describe_topic_answers(topic, figures['events'])}", flush=True)
                 if args.windows:
                     answers, first = figures["answers"], figures["first_drop_ms"]
                     removals = figures["removals_at"]
                     for window in latency_windows(answers, removals, first, args.windows):
                         print(f"  {window}", flush=True)
+                    for window in latency_windows(topic or [], [], first, args.windows):
+                        print(f"  topic {window}", flush=True)
 
 
 if __name__ == "__main__":

@@ -231,3 +231,10 @@ def test_the_bench_checks_its_kafka_options_as_the_engine_checks_a_configuration
     assert engine_bench.kafka_options(given) == {"fetch.max.wait.ms": "500", "client.id": "a=b"}
     with pytest.raises(ConfigError, match=r"bootstrap\.servers"):
         engine_bench.kafka_options(argparse.Namespace(kafka_option=["bootstrap.servers=x:1"]))
+
+
+def test_the_answers_topic_line_counts_records_against_decisions_and_their_latency() -> None:
+    # (drop time, broker's append time): latencies 100, 200, ..., 1000 ms
+    pairs = [(10_000 * n, 10_000 * n + 100 * n) for n in range(1, 11)]
+    line = engine_bench.describe_topic_answers(pairs, 9)
+    assert line == "answers topic: 10 records for 9 decisions, latency p50 600 / p99 1000 ms"
