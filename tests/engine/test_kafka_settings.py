@@ -15,18 +15,14 @@ import pytest
 from controlplane.core.config import ConfigError, parse_settings
 from controlplane.engine import launch
 from controlplane.engine.adapter import StateFunction, input_row, parse_row
-from controlplane.engine.batch import BatchSink, answer_records
+from controlplane.engine.batch import BatchSink
 from controlplane.engine.envelope import envelope_table
 from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_engine_options
 from controlplane.engine.queries import QuotaKeyer
 from controlplane.engine.reload import SettingsSource
 from controlplane.engine.secrets import resolve, resolve_mapping
-from controlplane.io.kafka_clients import (
-    AnswerRecord,
-    AnswersNotDelivered,
-    KafkaSetupError,
-    python_client_config,
-)
+from controlplane.io.answers import AnswersNotDelivered, AnswersPublisher
+from controlplane.io.kafka_clients import KafkaSetupError, python_client_config
 from controlplane.io.options import MAX_RECORDS_PER_TRIGGER, KafkaEndpoint, SourceOptions
 from controlplane.io.sources import FETCH_MAX_WAIT_MS, kafka_reader_options
 from engine.fakes import CountingRunner, FakeGroupState, FakeSpark
@@ -292,28 +288,28 @@ def test_security_properties_the_python_clients_cannot_apply_refuse_the_start(
 # --- the answers of a batch -----------------------------------------------------------------
 
 
-def test_each_decision_is_answered_under_its_group_and_each_quota_decision_under_its_user() -> None:
-    rows = {
-        "decisions": [
-            {"event_id": "e1", "group_id": "orders", "type": "join", "batch_id": 7, "x": 1},
-        ],
-        "quota_decisions": [
-            {"event_id": "q1", "user": "alice", "client_id": "tf", "batch_id": 7},
-            {"event_id": "q2", "user": None, "client_id": "tf", "batch_id": 7},
-        ],
-        "group_events": [{"group_id": "orders", "kind": "member_added"}],
+def test_the_answers_producer_takes_the_endpoints_properties_and_the_engines_guarantees() -> None:
+    endpoint = KafkaEndpoint(
+        "b1:9092,b2:9092",
+        {"security.protocol": "SASL_SSL", "linger.ms": "20", "request.timeout.ms": "90000"},
+    )
+    options = AnswersPublisher(endpoint, "answers", timeout_ms=10_000).writer_options()
+    assert options == {
+        "kafka.bootstrap.servers": "b1:9092,b2:9092",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.linger.ms": "20",
+        "kafka.acks": "all",
+        "kafka.request.timeout.ms": "10000",  # no answer waits longer than the timeout
+        "kafka.max.block.ms": "10000",
+        "kafka.delivery.timeout.ms": "10020",  # the producer refuses less than linger + request
+        "topic": "answers",
     }
-    records = answer_records(rows)
-    assert [(r.table, r.key, r.row["event_id"]) for r in records] == [
-        ("decisions", "orders", "e1"),
-        ("quota_decisions", "alice", "q1"),
-        ("quota_decisions", "tf", "q2"),
-    ]
-    decision = json.loads(records[0].value())
-    assert "x" not in decision  # the Delta row's columns, no more
-    assert decision["batch_id"] == 7
-    assert decision["member_id"] is None
-    assert "processed_at_ms" in decision
+    plain = AnswersPublisher(KafkaEndpoint("b:9092"), "a", timeout_ms=60_000).writer_options()
+    assert plain["kafka.request.timeout.ms"] == "30000"
+    assert plain["kafka.delivery.timeout.ms"] == "60005"
+    forced = KafkaEndpoint("b:9092", {"acks": "1", "max.block.ms": "600000"})
+    assert AnswersPublisher(forced, "a", 5_000).writer_options()["kafka.acks"] == "all"
+    assert AnswersPublisher(forced, "a", 5_000).writer_options()["kafka.max.block.ms"] == "5000"
 
 
 class RecordingWriter:
@@ -333,18 +329,19 @@ class RecordingPublisher:
     def __init__(self, log: list[str], fail: bool = False) -> None:
         self.log = log
         self.fail = fail
-        self.records: list[AnswerRecord] = []
+        self.published: list[tuple[Any, dict[str, Any]]] = []
 
-    def publish(self, records: list[AnswerRecord]) -> int:
-        self.log.append(f"publish ({len(records)})")
+    def publish(self, spark: Any, rows_by_table: dict[str, Any]) -> int:
+        count = sum(len(rows_by_table.get(t, [])) for t in ("decisions", "quota_decisions"))
+        self.log.append(f"publish ({count})")
         if self.fail:
-            raise AnswersNotDelivered("answers topic answers: 1 of 1 answers not acknowledged")
-        self.records.extend(records)
-        return len(records)
+            raise AnswersNotDelivered("answers topic answers: 1 answers sent, not all acknowledged")
+        self.published.append((spark, rows_by_table))
+        return count
 
 
 class Batch:
-    sparkSession = None
+    sparkSession = "the batch's session"
 
     def __init__(self, envelopes: list[tuple[str, dict[str, Any]]]) -> None:
         self.envelopes = envelopes
@@ -379,8 +376,10 @@ def test_the_answers_are_published_after_every_delta_table_is_written(tmp_path: 
         "write rejected_events (1)",
         "publish (1)",
     ]
-    [answer] = publisher.records
-    assert (answer.key, answer.row["event_id"], answer.row["batch_id"]) == ("g", "e1", 3)
+    [(spark, rows)] = publisher.published
+    assert spark is Batch.sparkSession  # the batch's own session writes the answers
+    [answer] = rows["decisions"].to_pylist()
+    assert (answer["group_id"], answer["event_id"], answer["batch_id"]) == ("g", "e1", 3)
 
 
 def test_a_failed_publish_fails_the_batch_once_delta_is_written(tmp_path: Path) -> None:

@@ -211,46 +211,6 @@ def test_a_signal_stops_every_query_with_one_line_and_status_0(
     assert {s: signal.getsignal(s) for s in before} == before  # handlers given back
 
 
-def test_what_a_query_holds_open_is_closed_after_its_queries_and_session_stop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The answers topic's producer: never closed while a batch may publish, always closed
-    when the job ends (it was left open)."""
-    from controlplane.engine import queries as engine_queries
-
-    config = tmp_path / "conf.yaml"
-    config.write_text("engine: {mode: event_time}\nsources:\n  coordinator: {path: a}\n")
-    log: list[str] = []
-    fake_job(monkeypatch, log, coordinator={"polls": 1})
-    build = engine_queries.build_coordinator_query
-
-    def build_holding_a_producer(*args: Any, **kwargs: Any) -> Any:
-        engine_queries._TO_CLOSE.append(lambda: log.append("producer closed"))
-        return build(*args, **kwargs)
-
-    monkeypatch.setattr(engine_queries, "build_coordinator_query", build_holding_a_producer)
-    assert launch.run(["--config", str(config), "--available-now"], ["coordinator"], "") == 0
-    assert log[-3:] == ["coordinator ended", "session stopped", "producer closed"]
-    assert engine_queries._TO_CLOSE == []
-
-
-def test_closing_goes_on_past_a_failure_and_closes_each_thing_once(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    from controlplane.engine import queries as engine_queries
-
-    closed: list[str] = []
-
-    def broken() -> None:
-        raise OSError("broker gone")
-
-    engine_queries._TO_CLOSE.extend([lambda: closed.append("a"), broken])
-    engine_queries.close_query_resources()
-    engine_queries.close_query_resources()
-    assert closed == ["a"]
-    assert "broker gone" in caplog.text
-
-
 def test_a_second_signal_ends_the_process_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     exits: list[int] = []
     monkeypatch.setattr(os, "_exit", exits.append)

@@ -27,10 +27,10 @@ from typing import Any
 
 from controlplane.engine import envelope, progress
 from controlplane.engine.envelope import METRICS_COLUMNS, METRICS_TABLE
-from controlplane.io.kafka_clients import AnswerRecord, AnswersPublisher
+from controlplane.io.answers import AnswersPublisher
 from controlplane.io.locations import TableNames
 from controlplane.io.schemas import ENGINE_COLUMNS, TABLES
-from controlplane.io.sinks import choose_writer, to_arrow
+from controlplane.io.sinks import choose_writer
 
 log = logging.getLogger(__name__)
 
@@ -156,30 +156,6 @@ def _query_id_property(spark: Any) -> str | None:
     return str(value) if value else None
 
 
-ANSWERED_TABLES = ("decisions", "quota_decisions")
-
-
-def answer_key(table: str, row: dict[str, Any]) -> str | None:
-    """What a client reads its answers by: the group for a decision, the user for a quota
-    decision (its client_id when the user is null)."""
-    if table == "decisions":
-        return row.get("group_id")
-    user = row.get("user")
-    return user if user is not None else row.get("client_id")
-
-
-def answer_records(rows_by_table: dict[str, Any]) -> list[AnswerRecord]:
-    """One answer per decisions and quota_decisions row, in batch order, each the row as the
-    Delta table holds it (its columns, nulls included, unknown keys dropped)."""
-    records = []
-    for table in ANSWERED_TABLES:
-        rows = rows_by_table.get(table)
-        if rows is not None and len(rows):
-            for row in to_arrow(table, rows).to_pylist():
-                records.append(AnswerRecord(answer_key(table, row), row, table))
-    return records
-
-
 class BatchSink:
     def __init__(
         self,
@@ -218,7 +194,7 @@ class BatchSink:
         for table, rows in tables.items():
             log.error("batch %d: %d rows for unknown table %s dropped", batch_id, len(rows), table)
         if self.answers is not None:  # after Delta: a failure here replays the whole batch
-            sent = self.answers.publish(answer_records(written))
+            sent = self.answers.publish(frame.sparkSession, written)
             log.debug("batch %d: %d answers on %s", batch_id, sent, self.answers.topic)
         progress.stash(self.query, batch_id, figures)
         log.debug(

@@ -328,7 +328,6 @@ def _run_queries(
     from controlplane.engine.queries import (
         build_coordinator_query,
         build_quota_query,
-        close_query_resources,
         register_progress_listener,
     )
     from controlplane.engine.warmup import warm_python_workers
@@ -373,14 +372,12 @@ def _run_queries(
             log.error("%s: %s", name, exc)
             ending.set()
             stop_gracefully(spark, listener, started)
-            close_query_resources()
             return 2
         started.append(writer.start())
     stop.wait(started, every_query=args.available_now)
     failed = [q for q in started if not q.isActive and q.exception() is not None]
     ending.set()
     interrupted = stop_gracefully(spark, listener, started)
-    close_query_resources()  # the answers producer: after the last batch that could publish
     if stop.signal_name is not None:
         how = (
             f"; interrupted {', '.join(interrupted)} after {STOP_TIMEOUT_S:.0f} s"

@@ -31,9 +31,9 @@ from controlplane.engine.progress import (
 from controlplane.engine.reload import SettingsSource
 from controlplane.engine.schemas import ENVELOPE, KEYED_INPUT, STATE, STATE_TEXT
 from controlplane.engine.secrets import SecretLookup, databricks_lookup, resolve_mapping
+from controlplane.io.answers import AnswersPublisher
 from controlplane.io.archive import LandingArchiver
 from controlplane.io.kafka_clients import (
-    AnswersPublisher,
     check_request_topics,
     check_topic_exists,
     topic_names,
@@ -63,20 +63,6 @@ class CoordinatorRunners:
 
 
 _QUOTA_RUNNERS: dict[int, tuple[Any, Runner]] = {}
-
-# What a built query holds open outside Spark (the answers topic's producer): closed by the job
-# once its queries have stopped (close_query_resources), never while a batch may still use it.
-_TO_CLOSE: list[Callable[[], None]] = []
-
-
-def close_query_resources() -> None:
-    """Close what the queries built so far hold open (each once); a failure is a warning."""
-    while _TO_CLOSE:
-        close = _TO_CLOSE.pop()
-        try:
-            close()
-        except Exception as exc:  # the job is ending: say so, go on closing the rest
-            log.warning("could not close %s: %s", getattr(close, "__qualname__", close), exc)
 
 
 class QuotaRunners:
@@ -310,8 +296,6 @@ def build_query(
     check_table_names(spark, options)
     lookup = secret_lookup if secret_lookup is not None else databricks_lookup()
     source, answers = prepare_kafka(options, source, lookup)
-    if answers is not None:
-        _TO_CLOSE.append(answers.close)
     archiver = LandingArchiver.for_source(source, options.checkpoint(name))
     after_commit(name, None if archiver is None else archiver.after_commit)
     raw = read_events(

@@ -1,6 +1,7 @@
-"""The engine's own Kafka clients on the driver (kafka-python): the topic check at start and the
-answers producer. Spark's Kafka source is configured elsewhere (io/sources.py); both take the
-same client properties, by their Kafka names, so one ``kafka_options`` mapping serves both.
+"""The engine's own Kafka client on the driver (kafka-python): the topic check at start. Spark's
+Kafka source (io/sources.py) and the answers topic's sink (io/answers.py) are configured
+elsewhere; all take the same client properties, by their Kafka names, so one ``kafka_options``
+mapping serves them.
 
 ``python_client_config`` turns Kafka's property names into kafka-python's keyword arguments:
 the security properties it can apply (``security.protocol``, ``sasl.mechanism``, a PLAIN or
@@ -12,11 +13,9 @@ tuning for Spark's source) do not concern these clients and are left out.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from controlplane.io.options import KafkaEndpoint
@@ -25,7 +24,6 @@ log = logging.getLogger(__name__)
 
 LOG_APPEND_TIME: Final = "LogAppendTime"
 TIMESTAMP_TYPE: Final = "message.timestamp.type"
-TABLE_HEADER: Final = "table"
 
 
 class KafkaSetupError(RuntimeError):
@@ -92,7 +90,7 @@ def python_client_config(endpoint: KafkaEndpoint) -> dict[str, Any]:
     if unsupported:
         raise KafkaSetupError(
             f"Kafka client properties {unsupported} cannot be applied by the engine's Python "
-            "clients (topic check, answers producer)"
+            "client (the topic check at start)"
         )
     return config
 
@@ -173,86 +171,3 @@ def check_topic_exists(endpoint: KafkaEndpoint, topic: str) -> None:
         raise KafkaSetupError(
             f"the answers topic {topic!r} does not exist on {endpoint.bootstrap_servers}"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerRecord:
-    """One answer: the key a client reads its answers by, the Delta row, the table's name."""
-
-    key: str | None
-    row: Mapping[str, Any]
-    table: str
-
-    def value(self) -> bytes:
-        return json.dumps(self.row, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-class AnswersNotDelivered(RuntimeError):
-    """Some answers of a batch were not acknowledged by the brokers: the batch fails."""
-
-
-class AnswersPublisher:
-    """A kafka-python producer with ``acks=all`` for one answers topic. ``publish`` sends the
-    batch's answers and returns only when every one is acknowledged, else raises (and drops
-    the producer, so the replayed batch starts on a fresh one). Kafka's default partitioner
-    (murmur2 of the key), so a client computes its partition from its key."""
-
-    def __init__(self, endpoint: KafkaEndpoint, topic: str, timeout_ms: int = 30_000) -> None:
-        self.endpoint = endpoint
-        self.topic = topic
-        self.timeout_ms = timeout_ms
-        self._producer: Any = None
-
-    def producer(self) -> Any:
-        if self._producer is None:
-            from kafka import KafkaProducer
-
-            config = _for_client(python_client_config(self.endpoint), KafkaProducer)
-            config.setdefault("client_id", "controlplane-engine-answers")
-            config.setdefault("request_timeout_ms", min(30_000, self.timeout_ms))
-            config["request_timeout_ms"] = min(int(config["request_timeout_ms"]), self.timeout_ms)
-            self._producer = KafkaProducer(
-                **config,
-                acks="all",
-                allow_auto_create_topics=False,
-                max_block_ms=self.timeout_ms,
-                delivery_timeout_ms=self.timeout_ms + int(config.get("linger_ms", 0)),
-            )
-        return self._producer
-
-    def publish(self, records: Iterable[AnswerRecord]) -> int:
-        """Send, flush, and check every acknowledgement; returns how many were sent."""
-        futures: list[Any] = []
-        try:
-            producer = self.producer()
-            for record in records:
-                key = None if record.key is None else record.key.encode("utf-8")
-                headers = [(TABLE_HEADER, record.table.encode("utf-8"))]
-                futures.append(
-                    producer.send(self.topic, key=key, value=record.value(), headers=headers)
-                )
-            if futures:
-                producer.flush(timeout=self.timeout_ms / 1000 + 5)
-        except Exception as exc:
-            self.close()
-            raise AnswersNotDelivered(
-                f"answers topic {self.topic}: {len(futures)} answers sent, not all "
-                f"acknowledged ({type(exc).__name__}: {exc})"
-            ) from exc
-        failed = [future for future in futures if not future.is_done or future.failed()]
-        if failed:
-            self.close()
-            first = failed[0].exception
-            raise AnswersNotDelivered(
-                f"answers topic {self.topic}: {len(failed)} of {len(futures)} answers not "
-                f"acknowledged ({type(first).__name__}: {first})"
-            )
-        return len(futures)
-
-    def close(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            try:
-                producer.close(timeout=5)
-            except Exception:  # closing a broken producer: nothing more to do
-                log.warning("answers producer did not close cleanly", exc_info=True)

@@ -1,0 +1,145 @@
+"""The answers topic as Spark's Kafka sink writes it, on the local broker: each decision under
+its group and each quota decision under its user (its client when it has none), in Kafka's
+default partition for that key, with the ``table`` header and the Delta row as JSON; in batch
+order; at least once (a batch run again publishes again, while Delta keeps one row); and an
+answer the brokers refuse fails the publish within its timeout."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from controlplane.engine.batch import BatchSink
+from controlplane.engine.envelope import envelope_table
+from controlplane.io.answers import AnswersNotDelivered, AnswersPublisher, answer_records
+from controlplane.io.broker import LocalBroker
+from controlplane.io.options import KafkaEndpoint
+from controlplane.io.schemas import TABLES
+from spark.test_kafka_engine import consume_all, new_topic, partition_of
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+
+def test_each_answer_is_the_delta_row_under_its_key_with_its_table(spark: Any) -> None:
+    rows = {
+        "decisions": [
+            {"event_id": "e1", "group_id": "orders", "type": "join", "batch_id": 7, "x": 1},
+            {"event_id": "e2", "group_id": "payments", "type": "heartbeat", "batch_id": 7},
+        ],
+        "quota_decisions": [
+            {"event_id": "q1", "user": "alice", "client_id": "tf", "rate_per_s": 2.5},
+            {"event_id": "q2", "user": None, "client_id": "tf", "batch_id": 7},
+        ],
+        "group_events": [{"group_id": "orders", "kind": "member_added"}],
+    }
+    frame, count = answer_records(spark, rows)
+    assert count == 4
+    assert frame.rdd.getNumPartitions() == 1  # one producer, the batch's order
+    records = frame.collect()
+    assert [(r["key"], json.loads(r["value"])["event_id"]) for r in records] == [
+        ("orders", "e1"),
+        ("payments", "e2"),
+        ("alice", "q1"),
+        ("tf", "q2"),
+    ]
+    assert [[(h["key"], bytes(h["value"])) for h in r["headers"]] for r in records] == [
+        [("table", b"decisions")],
+        [("table", b"decisions")],
+        [("table", b"quota_decisions")],
+        [("table", b"quota_decisions")],
+    ]
+    decision, quota = json.loads(records[0]["value"]), json.loads(records[2]["value"])
+    assert list(decision) == TABLES["decisions"].fieldNames()  # its columns, nulls included
+    assert "x" not in decision
+    assert (decision["batch_id"], decision["member_id"], decision["members"]) == (7, None, None)
+    assert list(quota) == TABLES["quota_decisions"].fieldNames()
+    assert quota["rate_per_s"] == 2.5
+    assert answer_records(spark, {"decisions": [], "groups": [{"group_id": "g"}]}) == (None, 0)
+
+
+class Batch:
+    """What foreachBatch is handed, as far as the sink looks at it."""
+
+    def __init__(self, spark: Any, envelopes: list[tuple[str, dict[str, Any]]]) -> None:
+        self.sparkSession = spark
+        self.envelopes = envelopes
+
+    def toArrow(self) -> pa.Table:
+        return envelope_table(self.envelopes)
+
+
+def test_a_batch_run_twice_writes_delta_once_and_publishes_twice_each_with_its_event_id(
+    spark: Any, kafka_broker: LocalBroker, tmp_path: Path
+) -> None:
+    """At least once on the topic: the replayed batch's answers go out again, under the same
+    key, to the partition Kafka's default partitioner gives that key, with the ``table``
+    header; a client drops the second copy by its event_id. Delta keeps one row."""
+    from deltalake import DeltaTable
+
+    from controlplane.io.sinks import DeltaRsWriter
+
+    topic = new_topic(kafka_broker, "answers", 3)
+    publisher = AnswersPublisher(KafkaEndpoint(kafka_broker.bootstrap_servers), topic, 10_000)
+    sink = BatchSink(
+        "coordinator",
+        ("decisions", "group_events", "groups", "rejected_events"),
+        str(tmp_path / "tables"),
+        str(tmp_path / "checkpoint"),
+        "delta-rs",
+        publisher,
+    )
+    sink._writer = DeltaRsWriter(tmp_path / "tables", "controlplane-coordinator-test")
+    groups = ["orders", "payments", "audit", "clicks"]
+    batch = Batch(
+        spark,
+        [("decisions", {"event_id": f"e-{g}", "group_id": g, "type": "join"}) for g in groups],
+    )
+    sink(batch, 0)
+    sink(batch, 0)  # Spark runs a failed batch again with the same id
+    rows = DeltaTable(str(tmp_path / "tables" / "decisions")).to_pyarrow_table().to_pylist()
+    assert sorted(r["event_id"] for r in rows) == sorted(f"e-{g}" for g in groups)
+    published = consume_all(kafka_broker, topic)
+    assert len(published) == 2 * len(groups)
+    for record in published:
+        row = json.loads(record.value)
+        assert record.key == row["group_id"].encode()
+        assert row["event_id"] == f"e-{row['group_id']}"
+        assert record.partition == partition_of(record.key, 3)
+        assert record.headers == [("table", b"decisions")]
+        assert row["batch_id"] == 0
+    assert len({record.partition for record in published}) > 1
+    # in batch order within a partition: each group's two copies follow the batch's order
+    by_partition: dict[int, list[str]] = {}
+    for record in sorted(published, key=lambda r: (r.partition, r.offset)):
+        by_partition.setdefault(record.partition, []).append(json.loads(record.value)["event_id"])
+    for partition, ids in by_partition.items():
+        once = [f"e-{g}" for g in groups if partition_of(g.encode(), 3) == partition]
+        assert ids == once + once
+
+
+def test_an_answer_the_broker_refuses_fails_the_publish_within_its_timeout(
+    spark: Any, kafka_broker: LocalBroker
+) -> None:
+    topic = new_topic(kafka_broker, "tiny-answers", 1, **{"max.message.bytes": "64"})
+    publisher = AnswersPublisher(KafkaEndpoint(kafka_broker.bootstrap_servers), topic, 5_000)
+    rows = {
+        "decisions": [{"event_id": "small", "group_id": "g"}, {"event_id": "big", "group_id": "g"}]
+    }
+    started = time.monotonic()
+    with pytest.raises(
+        AnswersNotDelivered, match=f"answers topic {topic}: 2 answers sent, not all"
+    ):
+        publisher.publish(spark, rows)
+    assert time.monotonic() - started < 60
+    nowhere = AnswersPublisher(
+        KafkaEndpoint(kafka_broker.bootstrap_servers), "no-such-topic", 3_000
+    )
+    started = time.monotonic()
+    with pytest.raises(AnswersNotDelivered, match="answers topic no-such-topic"):
+        nowhere.publish(spark, rows)
+    assert time.monotonic() - started < 60
