@@ -365,10 +365,19 @@ BATCH = [
 ]
 
 
-def test_the_answers_are_published_after_every_delta_table_is_written(tmp_path: Path) -> None:
+def test_the_answers_are_published_after_every_delta_table_is_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from controlplane.engine import progress
+    from controlplane.engine.batch import SINK_TIMINGS
+
     log: list[str] = []
     publisher = RecordingPublisher(log)
-    sink(tmp_path, publisher, log)(Batch(BATCH), 3)
+    with caplog.at_level("DEBUG", logger="controlplane.engine.batch"):
+        sink(tmp_path, publisher, log)(Batch(BATCH), 3)
+    progress.take("coordinator", 3)
+    (record,) = [r for r in caplog.records if hasattr(r, SINK_TIMINGS)]
+    assert "answers" in getattr(record, SINK_TIMINGS)  # the publish is timed beside the tables
     assert log == [
         "write decisions (1)",
         "write group_events (1)",

@@ -194,7 +194,10 @@ class BatchSink:
         for table, rows in tables.items():
             log.error("batch %d: %d rows for unknown table %s dropped", batch_id, len(rows), table)
         if self.answers is not None:  # after Delta: a failure here replays the whole batch
+            at = time.perf_counter()
             sent = self.answers.publish(frame.sparkSession, written)
+            if sent:
+                timings_ms["answers"] = _ms_since(at)
             log.debug("batch %d: %d answers on %s", batch_id, sent, self.answers.topic)
         progress.stash(self.query, batch_id, figures)
         log.debug(
