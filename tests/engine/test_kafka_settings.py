@@ -296,8 +296,9 @@ def test_the_answers_producer_takes_the_endpoints_properties_and_the_engines_gua
     options = AnswersPublisher(endpoint, "answers", timeout_ms=10_000).writer_options()
     assert options == {
         "kafka.bootstrap.servers": "b1:9092,b2:9092",
-        "kafka.security.protocol": "SASL_SSL",
+        "kafka.batch.size": "262144",
         "kafka.linger.ms": "20",
+        "kafka.security.protocol": "SASL_SSL",
         "kafka.acks": "all",
         "kafka.request.timeout.ms": "10000",  # no answer waits longer than the timeout
         "kafka.max.block.ms": "10000",
@@ -306,7 +307,8 @@ def test_the_answers_producer_takes_the_endpoints_properties_and_the_engines_gua
     }
     plain = AnswersPublisher(KafkaEndpoint("b:9092"), "a", timeout_ms=60_000).writer_options()
     assert plain["kafka.request.timeout.ms"] == "30000"
-    assert plain["kafka.delivery.timeout.ms"] == "60005"
+    assert plain["kafka.delivery.timeout.ms"] == "60010"
+    assert (plain["kafka.batch.size"], plain["kafka.linger.ms"]) == ("262144", "10")
     forced = KafkaEndpoint("b:9092", {"acks": "1", "max.block.ms": "600000"})
     assert AnswersPublisher(forced, "a", 5_000).writer_options()["kafka.acks"] == "all"
     assert AnswersPublisher(forced, "a", 5_000).writer_options()["kafka.max.block.ms"] == "5000"
