@@ -337,7 +337,7 @@ class RecordingPublisher:
         count = sum(len(rows_by_table.get(t, [])) for t in ("decisions", "quota_decisions"))
         self.log.append(f"publish ({count})")
         if self.fail:
-            raise AnswersNotDelivered("answers topic answers: 1 answers sent, not all acknowledged")
+            raise AnswersNotDelivered("answers topic answers: 1 answers, not all acknowledged")
         self.published.append((spark, rows_by_table))
         return count
 

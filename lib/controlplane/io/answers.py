@@ -70,12 +70,26 @@ class AnswersPublisher:
         try:
             frame.write.format("kafka").options(**self.writer_options()).save()
         except Exception as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise AnswersNotDelivered(
-                f"answers topic {self.topic}: {count} answers sent, not all acknowledged "
-                f"({type(exc).__name__}: {reason})"
+                f"answers topic {self.topic}: {count} answers, not all acknowledged "
+                f"({reason_of(exc)})"
             ) from exc
         return count
+
+
+def reason_of(exc: BaseException) -> str:
+    """The innermost JVM cause behind a failed write (the producer's own error, under Spark's
+    job and task failures), else the Python exception's first line."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    try:
+        while java is not None and java.getCause() is not None:
+            java = java.getCause()
+        if java is not None:
+            return f"{java.getClass().getName()}: {java.getMessage()}"
+    except Exception:  # a closed gateway: the Python side is all there is
+        pass
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def answer_records(spark: Any, rows_by_table: Mapping[str, Any]) -> tuple[Any, int]:
