@@ -580,7 +580,7 @@ def test_kafka_credentials_are_databricks_secret_references_the_job_can_resolve(
 
 
 def test_the_streaming_jobs_install_the_kafka_client_the_project_pins() -> None:
-    """The driver's topic check and answers producer need kafka-python; the wheel's own
+    """The driver's topic check at start needs kafka-python; the wheel's own
     dependencies do not bring it (it is in the spark extra, which a runtime replaces)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"

@@ -309,6 +309,14 @@ def test_the_answers_producer_takes_the_endpoints_properties_and_the_engines_gua
     assert plain["kafka.request.timeout.ms"] == "30000"
     assert plain["kafka.delivery.timeout.ms"] == "60010"
     assert (plain["kafka.batch.size"], plain["kafka.linger.ms"]) == ("262144", "10")
+    for refused in (
+        {"partitioner.class": "x.Y"},
+        {"partitioner.ignore.keys": "true"},
+        {"transactional.id": "t"},
+        {"enable.idempotence": "false"},
+    ):
+        with pytest.raises(KafkaSetupError, match=f"{next(iter(refused))}.* is refused"):
+            AnswersPublisher(KafkaEndpoint("b:9092", refused), "a")
     forced = KafkaEndpoint("b:9092", {"acks": "1", "max.block.ms": "600000"})
     assert AnswersPublisher(forced, "a", 5_000).writer_options()["kafka.acks"] == "all"
     assert AnswersPublisher(forced, "a", 5_000).writer_options()["kafka.max.block.ms"] == "5000"
@@ -337,7 +345,7 @@ class RecordingPublisher:
         count = sum(len(rows_by_table.get(t, [])) for t in ("decisions", "quota_decisions"))
         self.log.append(f"publish ({count})")
         if self.fail:
-            raise AnswersNotDelivered("answers topic answers: 1 answers, not all acknowledged")
+            raise AnswersNotDelivered("answers topic answers: 1 answers not all published")
         self.published.append((spark, rows_by_table))
         return count
 

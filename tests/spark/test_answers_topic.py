@@ -132,7 +132,7 @@ def test_an_answer_the_broker_refuses_fails_the_publish_within_its_timeout(
     }
     started = time.monotonic()
     with pytest.raises(
-        AnswersNotDelivered, match=f"answers topic {topic}: 2 answers, not all"
+        AnswersNotDelivered, match=f"answers topic {topic}: 2 answers not all published"
     ) as e:
         publisher.publish(spark, rows)
     assert time.monotonic() - started < 60

@@ -13,6 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from controlplane.io.sinks import (
+    NATIVE_ONLY,
     PORTABLE_FEATURES,
     TXN_APP_ID_CONF,
     DeltaRsWriter,
@@ -289,5 +290,19 @@ def test_a_table_whose_create_died_before_its_first_commit_is_created(
     )
     assert chosen.write(table, [row], 0)
     assert len(spark_rows(spark, tmp_path / table)) == 1
-    for key, value in table_properties(table).items():
+    expected = {**table_properties(table), **(NATIVE_ONLY if writer == "native" else {})}
+    for key, value in expected.items():
         assert properties(spark, tmp_path / table).get(key) == value, key
+
+
+def test_a_directory_with_more_than_an_empty_log_is_left_alone(spark: Any, tmp_path: Path) -> None:
+    """A data file beside the empty log (or a commit in it) is not a create that died: the
+    native writer leaves it, with Delta's error, for a person to look at."""
+    table = tmp_path / "decisions"
+    (table / "_delta_log").mkdir(parents=True)
+    stray = table / "part-00000.parquet"
+    stray.write_bytes(b"not ours to bury")
+    with pytest.raises(Exception, match="DELTA_TABLE_NOT_FOUND"):
+        NativeDeltaWriter(spark, str(tmp_path), "app").write("decisions", [decision("a", 0)], 0)
+    assert sorted(p.name for p in table.iterdir()) == ["_delta_log", "part-00000.parquet"]
+    assert list((table / "_delta_log").iterdir()) == []

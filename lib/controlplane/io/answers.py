@@ -8,9 +8,11 @@ nulls included; its ``table`` header names the table.
 
 Spark's sink, not a Python producer on the driver: kafka-python took 140-160 µs of the
 driver's CPU an answer, one and a half cores at 10,000 answers a second, on the batch's path.
-The Java producer writes them from one task (the batch's order kept), builds the JSON in the
-JVM, and takes the endpoint's client properties as they are (``kafka.`` + the Kafka name), as
-Spark's source does: JKS stores, OAuth and Databricks' shaded login modules included.
+The Java producer writes them from one task (the batch's order kept), the JSON is built in the
+JVM, and the endpoint's client properties go to the producer as they are (``kafka.`` + the
+Kafka name), as to Spark's source. (The topic check at start is still kafka-python's, which
+refuses the security properties it cannot apply: io/kafka_clients.py.) Properties that would
+break what clients rely on (the partition, the order, at least once) are refused at start.
 """
 
 from __future__ import annotations
@@ -20,15 +22,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from controlplane.io.kafka_clients import KafkaSetupError
 from controlplane.io.options import KafkaEndpoint
 from controlplane.io.schemas import TABLES
 
 ANSWERED_TABLES: Final = ("decisions", "quota_decisions")
 TABLE_HEADER: Final = "table"
 # The producer's batching unless the endpoint's properties say otherwise: a batch's answers go
-# out at once, and the Java client's defaults (16 KB, 5 ms) sent 50,000 answers in 560-600 ms
-# against 360-410 ms with these (bench figures in docs/benchmarks/engine.md).
+# out at once, and the Java client's defaults (kafka-clients 3.9: 16 KB, 0 ms) sent 50,000
+# answers in 560-600 ms against 360-410 ms with these (docs/benchmarks/engine.md).
 PRODUCER_DEFAULTS: Final[Mapping[str, str]] = {"batch.size": "262144", "linger.ms": "10"}
+# Producer properties the answers refuse, and why: clients compute an answer's partition from
+# its key (Kafka's default partitioner), read a batch's answers in order, and get each at
+# least once, never in a transaction they would have to read committed.
+REFUSED: Final[Mapping[str, str]] = {
+    "partitioner.class": "clients compute the partition with Kafka's default partitioner",
+    "partitioner.ignore.keys": "clients compute the partition from the key",
+    "transactional.id": "the answers are at least once, not transactional",
+}
+MAX_CAUSES: Final = 32
 
 
 class AnswersNotDelivered(RuntimeError):
@@ -44,6 +56,16 @@ class AnswersPublisher:
     endpoint: KafkaEndpoint
     topic: str
     timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        for name, why in REFUSED.items():
+            if name in self.endpoint.options:
+                raise KafkaSetupError(f"answers topic: {name} is refused ({why})")
+        if str(self.endpoint.options.get("enable.idempotence", "true")).lower() != "true":
+            raise KafkaSetupError(
+                "answers topic: enable.idempotence=false is refused (a retried request could "
+                "reorder a batch's answers)"
+            )
 
     def writer_options(self) -> dict[str, str]:
         """The options of Spark's Kafka sink: the endpoint's client properties, then what the
@@ -71,8 +93,7 @@ class AnswersPublisher:
             frame.write.format("kafka").options(**self.writer_options()).save()
         except Exception as exc:
             raise AnswersNotDelivered(
-                f"answers topic {self.topic}: {count} answers, not all acknowledged "
-                f"({reason_of(exc)})"
+                f"answers topic {self.topic}: {count} answers not all published ({reason_of(exc)})"
             ) from exc
         return count
 
@@ -82,7 +103,9 @@ def reason_of(exc: BaseException) -> str:
     job and task failures), else the Python exception's first line."""
     java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
     try:
-        while java is not None and java.getCause() is not None:
+        for _ in range(MAX_CAUSES):  # a cause chain may loop
+            if java is None or java.getCause() is None:
+                break
             java = java.getCause()
         if java is not None:
             return f"{java.getClass().getName()}: {java.getMessage()}"

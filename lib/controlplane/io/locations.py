@@ -66,8 +66,10 @@ class TablePaths:
         ``createIfNotExists`` takes any non-empty directory for a table, skips the create, and
         then fails to read it (``DELTA_TABLE_NOT_FOUND``), at every start. There the table's
         first version is committed by an empty append that carries the properties, as a
-        create would set them. A table another writer created meanwhile fails that append
-        with a commit conflict, and is then there."""
+        create would set them, but only when the directory holds nothing else (no data file,
+        no commit, no checkpoint: ``holds_only_an_empty_log``); any other such table is left
+        for a person to look at, with Delta's error. A table another writer created meanwhile
+        fails that append with a commit conflict, and is then there."""
         from delta.tables import DeltaTable
 
         builder = DeltaTable.createIfNotExists(spark).location(self.path(table)).addColumns(columns)
@@ -77,6 +79,8 @@ class TablePaths:
             builder.execute()
         except Exception as exc:
             if not has_condition(exc, TABLE_NOT_FOUND):
+                raise
+            if not holds_only_an_empty_log(spark, self.path(table)):
                 raise
             log.warning(
                 "%s: a Delta log without a commit; committing the table's first version",
@@ -203,3 +207,21 @@ def has_condition(exc: BaseException, condition: str) -> bool:
     except Exception:  # a closed gateway: the message says it or nothing does
         pass
     return f"[{condition}]" in str(exc)
+
+
+def holds_only_an_empty_log(spark: Any, path: str) -> bool:
+    """Whether the directory ``path`` holds a ``_delta_log`` and nothing else, and the log
+    holds no entry but hidden temporary files (a commit is written to one, then renamed).
+    Listed through Hadoop's FileSystem, as Delta lists it, so any URI Spark writes to; False
+    when it cannot be listed (Spark Connect has no JVM to ask)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+        root = jvm.org.apache.hadoop.fs.Path(path)
+        fs = root.getFileSystem(hadoop_conf)
+        if [status.getPath().getName() for status in fs.listStatus(root)] != ["_delta_log"]:
+            return False
+        entries = fs.listStatus(jvm.org.apache.hadoop.fs.Path(root, "_delta_log"))
+        return all(status.getPath().getName().startswith(".") for status in entries)
+    except Exception:  # no JVM, or the listing failed: not known to be empty
+        return False
