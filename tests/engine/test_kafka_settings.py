@@ -317,6 +317,13 @@ def test_the_answers_producer_takes_the_endpoints_properties_and_the_engines_gua
     ):
         with pytest.raises(KafkaSetupError, match=f"{next(iter(refused))}.* is refused"):
             AnswersPublisher(KafkaEndpoint("b:9092", refused), "a")
+    small_topic = AnswersPublisher(KafkaEndpoint("b:9092"), "a", 5_000, max_message_bytes=100_000)
+    assert small_topic.writer_options()["kafka.batch.size"] == "100000"  # never split (KAFKA-19479)
+    big_batches = KafkaEndpoint("b:9092", {"batch.size": "4000000"})
+    assert (
+        AnswersPublisher(big_batches, "a", 5_000, 1_048_588).writer_options()["kafka.batch.size"]
+        == "1048588"
+    )
     forced = KafkaEndpoint("b:9092", {"acks": "1", "max.block.ms": "600000"})
     assert AnswersPublisher(forced, "a", 5_000).writer_options()["kafka.acks"] == "all"
     assert AnswersPublisher(forced, "a", 5_000).writer_options()["kafka.max.block.ms"] == "5000"

@@ -87,6 +87,7 @@ def test_the_check_logs_in_with_the_sources_sasl_settings_and_resolved_reference
     assert resolved.kafka_options["sasl.jaas.config"].endswith('password="bob-secret";')
     assert publisher is not None
     assert publisher.endpoint.options == resolved.kafka_options  # the source's, resolved
+    assert publisher.max_message_bytes == 1_048_588  # the broker's default, read at start
     assert (
         publisher.writer_options()["kafka.sasl.jaas.config"]
         == (resolved.kafka_options["sasl.jaas.config"])

@@ -18,6 +18,7 @@ from controlplane.engine.batch import BatchSink
 from controlplane.engine.envelope import envelope_table
 from controlplane.io.answers import AnswersNotDelivered, AnswersPublisher, answer_records
 from controlplane.io.broker import LocalBroker
+from controlplane.io.kafka_clients import check_topic_exists
 from controlplane.io.options import KafkaEndpoint
 from controlplane.io.schemas import TABLES
 from spark.test_kafka_engine import consume_all, new_topic, partition_of
@@ -126,7 +127,10 @@ def test_an_answer_the_broker_refuses_fails_the_publish_within_its_timeout(
     spark: Any, kafka_broker: LocalBroker
 ) -> None:
     topic = new_topic(kafka_broker, "tiny-answers", 1, **{"max.message.bytes": "64"})
-    publisher = AnswersPublisher(KafkaEndpoint(kafka_broker.bootstrap_servers), topic, 5_000)
+    endpoint = KafkaEndpoint(kafka_broker.bootstrap_servers)
+    limit = check_topic_exists(endpoint, topic)
+    assert limit == 64
+    publisher = AnswersPublisher(endpoint, topic, 5_000, limit)
     rows = {
         "decisions": [{"event_id": "small", "group_id": "g"}, {"event_id": "big", "group_id": "g"}]
     }

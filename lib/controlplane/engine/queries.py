@@ -269,8 +269,8 @@ def prepare_kafka(
         options = dataclasses.replace(options, answers_kafka_options=answers_options)
     answers = options.answers_endpoint(source)
     assert answers is not None
-    check_topic_exists(answers, topic)
-    return source, AnswersPublisher(answers, topic, options.answers_timeout_ms)
+    limit = check_topic_exists(answers, topic)
+    return source, AnswersPublisher(answers, topic, options.answers_timeout_ms, limit)
 
 
 def build_query(

@@ -56,6 +56,12 @@ class AnswersPublisher:
     endpoint: KafkaEndpoint
     topic: str
     timeout_ms: int = 30_000
+    # The topic's max.message.bytes, read at start (None: unknown). A batch larger than the
+    # topic takes is split and sent again by the producer, and kafka-clients 3.9.0 (Spark
+    # 4.0's) then let flush() return before the split records were sent or failed: the
+    # publish "succeeded" and they were lost (KAFKA-19479; 3.9.2 fails the publish). Batches
+    # within the topic's limit never take that path.
+    max_message_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for name, why in REFUSED.items():
@@ -71,6 +77,8 @@ class AnswersPublisher:
         """The options of Spark's Kafka sink: the endpoint's client properties, then what the
         engine requires of the producer (the acknowledgements and the timeouts)."""
         given = {**PRODUCER_DEFAULTS, **self.endpoint.options}
+        if self.max_message_bytes is not None:
+            given["batch.size"] = str(min(int(given["batch.size"]), self.max_message_bytes))
         linger_ms = int(given["linger.ms"])
         request_timeout_ms = min(int(given.get("request.timeout.ms", 30_000)), self.timeout_ms)
         producer = {

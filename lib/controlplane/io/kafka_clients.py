@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 LOG_APPEND_TIME: Final = "LogAppendTime"
 TIMESTAMP_TYPE: Final = "message.timestamp.type"
+MAX_MESSAGE_BYTES: Final = "max.message.bytes"
 
 
 class KafkaSetupError(RuntimeError):
@@ -161,13 +162,27 @@ def check_request_topics(endpoint: KafkaEndpoint, topics: Sequence[str]) -> None
         )
 
 
-def check_topic_exists(endpoint: KafkaEndpoint, topic: str) -> None:
+def check_topic_exists(endpoint: KafkaEndpoint, topic: str) -> int | None:
+    """Refuse to start unless the answers topic exists; its ``max.message.bytes`` (its own or
+    the broker default it inherits), or None when it cannot be read (an ACL without
+    DescribeConfigs), which the answers' producer keeps its batches within."""
+    from kafka.admin import ConfigResource
+
     admin = admin_client(endpoint)
     try:
-        topics = set(admin.list_topics())
+        if topic not in set(admin.list_topics()):
+            raise KafkaSetupError(
+                f"the answers topic {topic!r} does not exist on {endpoint.bootstrap_servers}"
+            )
+        try:
+            described = admin.describe_configs(
+                [ConfigResource("TOPIC", topic, [MAX_MESSAGE_BYTES])], config_filter="all"
+            )
+            entry = described.get("topic", {}).get(topic, {}).get(MAX_MESSAGE_BYTES) or {}
+            value = entry.get("value")
+            return int(value) if value is not None else None
+        except Exception as exc:  # not allowed to read it: the producer's own batch size
+            log.warning("answers topic %s: %s not read (%s)", topic, MAX_MESSAGE_BYTES, exc)
+            return None
     finally:
         admin.close()
-    if topic not in topics:
-        raise KafkaSetupError(
-            f"the answers topic {topic!r} does not exist on {endpoint.bootstrap_servers}"
-        )
