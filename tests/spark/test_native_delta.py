@@ -22,6 +22,7 @@ from controlplane.io.sinks import (
     choose_writer,
     local_absolute,
     table_properties,
+    to_arrow,
 )
 from engine.test_sinks import decision, group
 
@@ -306,3 +307,28 @@ def test_a_directory_with_more_than_an_empty_log_is_left_alone(spark: Any, tmp_p
         NativeDeltaWriter(spark, str(tmp_path), "app").write("decisions", [decision("a", 0)], 0)
     assert sorted(p.name for p in table.iterdir()) == ["_delta_log", "part-00000.parquet"]
     assert list((table / "_delta_log").iterdir()) == []
+
+
+def test_a_table_another_writer_created_meanwhile_is_taken_as_it_is(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race of the half-made table's repair: another writer commits the table between the
+    failed create and the repair's empty append, whose commit then conflicts; the create runs
+    again and finds the table."""
+    from controlplane.io.locations import TablePaths
+
+    table = tmp_path / "decisions"
+    (table / "_delta_log").mkdir(parents=True)
+    real_save = TablePaths.save
+
+    def another_writer_first(self: Any, writer: Any, name: str) -> None:
+        other = spark.createDataFrame(to_arrow("decisions", [decision("x", 0)]))
+        real_save(self, other.write.format("delta").mode("append"), name)
+        raise RuntimeError("ProtocolChangedException: a concurrent writer created the table")
+
+    monkeypatch.setattr(TablePaths, "save", another_writer_first)
+    writer = NativeDeltaWriter(spark, str(tmp_path), "app")
+    writer.create("decisions")
+    monkeypatch.setattr(TablePaths, "save", real_save)
+    assert writer.write("decisions", [decision("a", 0)], 0)
+    assert sorted(r["event_id"] for r in spark_rows(spark, table)) == ["a", "x"]
