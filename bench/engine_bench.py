@@ -605,12 +605,11 @@ class KafkaInput:
 
         self.broker, self.topic, self.options = broker, topic, options
         self.max_records = max_records
-        broker.create_topic(topic, partitions, {"message.timestamp.type": "LogAppendTime"})
+        log_append_time = {"message.timestamp.type": "LogAppendTime"}
+        broker.create_topic(topic, partitions, log_append_time)
         self.answers_topic = f"{topic}-answers" if answers_partitions else None
         if self.answers_topic is not None:
-            broker.create_topic(
-                self.answers_topic, answers_partitions, {"message.timestamp.type": "LogAppendTime"}
-            )
+            broker.create_topic(self.answers_topic, answers_partitions, log_append_time)
         self.producer = Producer(
             {"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5, "acks": "1"}
         )

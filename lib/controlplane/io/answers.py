@@ -109,7 +109,9 @@ class AnswersPublisher:
 def reason_of(exc: BaseException) -> str:
     """The innermost JVM cause behind a failed write (the producer's own error, under Spark's
     job and task failures), else the Python exception's first line."""
-    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    from controlplane.io.sinks import jvm_exception
+
+    java = jvm_exception(exc)
     try:
         for _ in range(MAX_CAUSES):  # a cause chain may loop
             if java is None or java.getCause() is None:

@@ -115,23 +115,25 @@ def topic_names(path: str) -> list[str]:
     return [name.strip() for name in path.split(",") if name.strip()]
 
 
+def topic_config(admin: Any, topics: Sequence[str], name: str) -> dict[str, str | None]:
+    """Each topic's value of the config ``name`` (its own, or the broker default it inherits);
+    the topics must exist."""
+    from kafka.admin import ConfigResource
+
+    if not topics:
+        return {}
+    described = admin.describe_configs(
+        [ConfigResource("TOPIC", topic, [name]) for topic in topics], config_filter="all"
+    )
+    by_topic = described.get("topic", {})
+    return {topic: (by_topic.get(topic, {}).get(name) or {}).get("value") for topic in topics}
+
+
 def timestamp_types(admin: Any, topics: Sequence[str]) -> dict[str, str | None]:
     """Each existing topic's ``message.timestamp.type`` (its own, or the broker default it
     inherits); a topic that does not exist is left out."""
-    from kafka.admin import ConfigResource
-
     existing = set(admin.list_topics())
-    found = [topic for topic in topics if topic in existing]
-    if not found:
-        return {}
-    described = admin.describe_configs(
-        [ConfigResource("TOPIC", topic, [TIMESTAMP_TYPE]) for topic in found],
-        config_filter="all",
-    )
-    by_topic = described.get("topic", {})
-    return {
-        topic: (by_topic.get(topic, {}).get(TIMESTAMP_TYPE) or {}).get("value") for topic in found
-    }
+    return topic_config(admin, [topic for topic in topics if topic in existing], TIMESTAMP_TYPE)
 
 
 def check_request_topics(endpoint: KafkaEndpoint, topics: Sequence[str]) -> None:
@@ -166,8 +168,6 @@ def check_topic_exists(endpoint: KafkaEndpoint, topic: str) -> int | None:
     """Refuse to start unless the answers topic exists; its ``max.message.bytes`` (its own or
     the broker default it inherits), or None when it cannot be read (an ACL without
     DescribeConfigs), which the answers' producer keeps its batches within."""
-    from kafka.admin import ConfigResource
-
     admin = admin_client(endpoint)
     try:
         if topic not in set(admin.list_topics()):
@@ -175,11 +175,7 @@ def check_topic_exists(endpoint: KafkaEndpoint, topic: str) -> int | None:
                 f"the answers topic {topic!r} does not exist on {endpoint.bootstrap_servers}"
             )
         try:
-            described = admin.describe_configs(
-                [ConfigResource("TOPIC", topic, [MAX_MESSAGE_BYTES])], config_filter="all"
-            )
-            entry = described.get("topic", {}).get(topic, {}).get(MAX_MESSAGE_BYTES) or {}
-            value = entry.get("value")
+            value = topic_config(admin, [topic], MAX_MESSAGE_BYTES)[topic]
             return int(value) if value is not None else None
         except Exception as exc:  # not allowed to read it: the producer's own batch size
             log.warning("answers topic %s: %s not read (%s)", topic, MAX_MESSAGE_BYTES, exc)

@@ -78,9 +78,10 @@ class TablePaths:
         try:
             builder.execute()
         except Exception as exc:
-            if not has_condition(exc, TABLE_NOT_FOUND):
-                raise
-            if not holds_only_an_empty_log(spark, self.path(table)):
+            if not (
+                has_condition(exc, TABLE_NOT_FOUND)
+                and holds_only_an_empty_log(spark, self.path(table))
+            ):
                 raise
             log.warning(
                 "%s: a Delta log without a commit; committing the table's first version",

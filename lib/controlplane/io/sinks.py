@@ -152,11 +152,16 @@ MERGE_CONFLICTS = frozenset(
 DELTA_JAVA_PACKAGES = ("io.delta.exceptions.", "org.apache.spark.sql.delta.")
 
 
-def java_class_names(exc: BaseException) -> list[str]:
+def jvm_exception(exc: BaseException) -> Any:
     """The JVM exception behind a Python one (a ``Py4JJavaError``'s ``java_exception``, a
-    converted ``CapturedException``'s origin): its class and superclasses, most specific
-    first; empty when there is none or the JVM cannot be asked."""
-    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    converted ``CapturedException``'s origin), or None (Spark Connect has none)."""
+    return getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+
+
+def java_class_names(exc: BaseException) -> list[str]:
+    """The class and superclasses of the JVM exception behind ``exc`` (``jvm_exception``), most
+    specific first; empty when there is none or the JVM cannot be asked."""
+    java = jvm_exception(exc)
     names: list[str] = []
     try:
         kind = java.getClass() if java is not None else None
