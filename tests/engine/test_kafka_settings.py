@@ -21,7 +21,7 @@ from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_e
 from controlplane.engine.queries import QuotaKeyer
 from controlplane.engine.reload import SettingsSource
 from controlplane.engine.secrets import resolve, resolve_mapping
-from controlplane.io.answers import AnswersNotDelivered, AnswersPublisher
+from controlplane.io.answers import AnswersNotDelivered, AnswersPublisher, answer_records
 from controlplane.io.kafka_clients import KafkaSetupError, python_client_config
 from controlplane.io.options import MAX_RECORDS_PER_TRIGGER, KafkaEndpoint, SourceOptions
 from controlplane.io.sources import FETCH_MAX_WAIT_MS, kafka_reader_options
@@ -346,14 +346,15 @@ class RecordingPublisher:
     def __init__(self, log: list[str], fail: bool = False) -> None:
         self.log = log
         self.fail = fail
-        self.published: list[tuple[Any, dict[str, Any]]] = []
+        self.published: list[tuple[Any, Any]] = []
 
-    def publish(self, spark: Any, rows_by_table: dict[str, Any]) -> int:
-        count = sum(len(rows_by_table.get(t, [])) for t in ("decisions", "quota_decisions"))
+    def publish(self, spark: Any, answers: Any, batch_id: int, processed_at_ms: int) -> int:
+        records = answer_records(answers, batch_id, processed_at_ms)
+        count = 0 if records is None else records.num_rows
         self.log.append(f"publish ({count})")
         if self.fail:
             raise AnswersNotDelivered("answers topic answers: 1 answers not all published")
-        self.published.append((spark, rows_by_table))
+        self.published.append((spark, records))
         return count
 
 
@@ -364,7 +365,7 @@ class Batch:
         self.envelopes = envelopes
 
     def toArrow(self) -> pa.Table:
-        return envelope_table(self.envelopes)
+        return envelope_table(self.envelopes, answers=True)
 
 
 def sink(tmp_path: Path, publisher: Any, log: list[str]) -> BatchSink:
@@ -402,10 +403,11 @@ def test_the_answers_are_published_after_every_delta_table_is_written(
         "write rejected_events (1)",
         "publish (1)",
     ]
-    [(spark, rows)] = publisher.published
+    [(spark, records)] = publisher.published
     assert spark is Batch.sparkSession  # the batch's own session writes the answers
-    [answer] = rows["decisions"].to_pylist()
-    assert (answer["group_id"], answer["event_id"], answer["batch_id"]) == ("g", "e1", 3)
+    [record] = records.to_pylist()
+    answer = json.loads(record["value"])
+    assert (record["key"], answer["event_id"], answer["batch_id"]) == ("g", "e1", 3)
 
 
 def test_a_failed_publish_fails_the_batch_once_delta_is_written(tmp_path: Path) -> None:

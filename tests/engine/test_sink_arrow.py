@@ -25,6 +25,8 @@ from controlplane.engine.batch import BatchSink, split_batch, split_envelopes
 from controlplane.engine.options import Keying, TimeMode
 from controlplane.engine.queries import CoordinatorRunners, QuotaKeyer, QuotaRunners
 from controlplane.engine.reload import SettingsSource
+from controlplane.io.answers import ANSWERED_TABLES, ANSWERS_TABLE, answer_key, answer_records
+from controlplane.io.schemas import TABLES
 from controlplane.io.sinks import latest_per_group, to_arrow, with_deleted
 from engine.fakes import BatchFrame, FakeGroupState
 from engine.test_bad_input_fuzz import GROUP_EVENTS, QUOTA_EVENTS, SETTINGS, damaged_line
@@ -48,12 +50,12 @@ def frames_of(lines: list[str], batch_time_ms: int) -> Iterator[pd.DataFrame]:
 
 
 def two_batches(
-    lines: list[str], runners: Callable[[], Runner], mode: TimeMode
+    lines: list[str], runners: Callable[[], Runner], mode: TimeMode, answers: bool = False
 ) -> tuple[list[pa.Table], list[list[tuple[str, str]]]]:
     """Each batch's output as Spark gets it from the function (``__call__``) and, from a second
     run on the same input, as envelopes (``call``)."""
     timeout = "EventTimeTimeout" if mode is TimeMode.EVENT_TIME else "ProcessingTimeTimeout"
-    function = StateFunction(runners, mode)
+    function = StateFunction(runners, mode, answers=answers)
     half = len(lines) // 2
     states = [
         FakeGroupState(timeout=timeout, batch_time_ms=BATCH_TIMES[0], watermark_ms=0)
@@ -73,6 +75,7 @@ def two_batches(
 
 def assert_same_tables(spark_out: pa.Table, envelopes: list[tuple[str, str]]) -> None:
     tables, figures = split_batch(spark_out, 3, 1234)
+    tables.pop(ANSWERS_TABLE, None)  # a copy of decisions' rows (below)
     rows, expected_figures = split_envelopes(envelopes, 3, 1234)
     assert figures == expected_figures
     assert set(tables) == set(rows)
@@ -108,6 +111,96 @@ def test_the_sink_reads_the_quota_s_tables_as_the_per_row_path(
     spark_out, envelopes = two_batches(lines, QuotaRunners(source), mode)
     for out, expected in zip(spark_out, envelopes, strict=True):
         assert_same_tables(out, expected)
+
+
+def assert_answers_are_the_delta_rows(spark_out: pa.Table) -> int:
+    """Each ``decisions`` and ``quota_decisions`` row of the batch has one answer, in the
+    table's order, under its key and table, whose value parses to the row Delta gets; returns
+    how many there are."""
+    tables, _ = split_batch(spark_out, 3, 1234)
+    records = answer_records(tables.pop(ANSWERS_TABLE, None), 3, 1234)
+    expected = [
+        (table, answer_key(table, row), row)
+        for table in ANSWERED_TABLES
+        for row in (to_arrow(table, tables[table]).to_pylist() if table in tables else [])
+    ]
+    got = [] if records is None else records.to_pylist()
+    assert [(r["table"], r["key"]) for r in got] == [(t, k) for t, k, _ in expected]
+    for record, (table, _, row) in zip(got, expected, strict=True):
+        value = json.loads(record["value"])
+        assert list(value) == TABLES[table].fieldNames()
+        assert value == row
+    return len(got)
+
+
+@settings(max_examples=60)
+@given(lines=st.lists(damaged_line(GROUP_EVENTS), min_size=1, max_size=14), mode=MODES)
+def test_each_decision_s_answer_is_its_delta_row(lines: list[str], mode: TimeMode) -> None:
+    runners = CoordinatorRunners(SettingsSource(path=None, initial=SETTINGS), None)
+    spark_out, envelopes = two_batches(lines, runners, mode, answers=True)
+    for out, expected in zip(spark_out, envelopes, strict=True):
+        assert_same_tables(out, expected)  # the answers change no table
+        decided = sum(1 for table, _ in expected if table == "decisions")
+        assert assert_answers_are_the_delta_rows(out) == decided
+
+
+@settings(max_examples=60)
+@given(lines=st.lists(damaged_line(QUOTA_EVENTS), min_size=1, max_size=14), mode=MODES)
+def test_each_quota_decision_s_answer_is_its_delta_row(lines: list[str], mode: TimeMode) -> None:
+    source = SettingsSource(path=None, initial=SETTINGS)
+    QuotaKeyer(source, Keying.GROUP, 64)
+    spark_out, envelopes = two_batches(lines, QuotaRunners(source), mode, answers=True)
+    for out, expected in zip(spark_out, envelopes, strict=True):
+        assert_same_tables(out, expected)
+        decided = sum(1 for table, _ in expected if table == "quota_decisions")
+        assert assert_answers_are_the_delta_rows(out) == decided
+
+
+def test_an_answer_is_its_row_over_the_table_s_columns_in_the_batch_s_order() -> None:
+    """Rows as a core might build them, right or wrong: the answer has the table's columns in
+    their order, a missing one null, an unknown one left out, a value orjson does not write as
+    Arrow reads it, a double that is not finite as Spark's JSON writes it; decisions
+    before quota decisions, each table's in batch order, across the calls."""
+    calls = [
+        [
+            ("quota_decisions", {"event_id": "q1", "user": "alice", "rate_per_s": float("inf")}),
+            ("decisions", {"type": "join", "group_id": "orders", "event_id": "e1", "x": 1}),
+            ("decisions", {"event_id": "e0", "group_id": "orders", "batch_id": 99}),
+            ("group_events", {"group_id": "orders", "kind": "member_added"}),
+        ],
+        [
+            ("decisions", {"event_id": "e2", "group_id": "payments", "member_id": Scalar()}),
+            ("quota_decisions", {"event_id": "q2", "user": None, "client_id": "tf"}),
+            ("quota_decisions", {"event_id": "q3", "client_id": "tf", "rate_per_s": float("nan")}),
+        ],
+        [("group_events", {"group_id": "audit", "kind": "member_added"})],
+    ]
+    batch = pa.concat_tables([envelope.envelope_table(rows, answers=True) for rows in calls])
+    assert batch.column("table").to_pylist().count(ANSWERS_TABLE) == 2  # none without answers
+    tables, _ = split_batch(batch, 7, 1234)
+    records = answer_records(tables[ANSWERS_TABLE], 7, 1234)
+    assert records is not None
+    got = records.to_pylist()
+    assert [(r["table"], r["key"]) for r in got] == [
+        ("decisions", "orders"),
+        ("decisions", "orders"),
+        ("decisions", "payments"),
+        ("quota_decisions", "alice"),
+        ("quota_decisions", "tf"),
+        ("quota_decisions", "tf"),
+    ]
+    values = [json.loads(r["value"]) for r in got]
+    assert [v["event_id"] for v in values] == ["e1", "e0", "e2", "q1", "q2", "q3"]
+    for record, value in zip(got, values, strict=True):
+        assert list(value) == TABLES[record["table"]].fieldNames()
+        assert (value["batch_id"], value["processed_at_ms"]) == (7, 1234)
+    assert "x" not in values[0]
+    assert (values[0]["type"], values[0]["member_id"], values[0]["members"]) == ("join", None, None)
+    assert values[2]["member_id"] == "from item()"
+    assert [v["rate_per_s"] for v in values[3:]] == ["Infinity", None, "NaN"]
+    assert answer_records(None, 7, 1234) is None
+    without = envelope.envelope_table(calls[0])
+    assert ANSWERS_TABLE not in without.column("table").to_pylist()
 
 
 def test_the_function_hands_spark_one_row_per_table_of_arrow_rows() -> None:

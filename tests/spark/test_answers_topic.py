@@ -14,9 +14,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from controlplane.engine.batch import BatchSink
-from controlplane.engine.envelope import envelope_table
-from controlplane.io.answers import AnswersNotDelivered, AnswersPublisher, answer_records
+from controlplane.engine.batch import BatchSink, split_batch
+from controlplane.engine.envelope import answers_table, envelope_table
+from controlplane.io.answers import (
+    ANSWERS_TABLE,
+    AnswersNotDelivered,
+    AnswersPublisher,
+    answer_records,
+    record_frame,
+)
 from controlplane.io.broker import LocalBroker
 from controlplane.io.kafka_clients import check_topic_exists
 from controlplane.io.options import KafkaEndpoint
@@ -26,41 +32,41 @@ from spark.test_kafka_engine import consume_all, new_topic, partition_of
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 
-def test_each_answer_is_the_delta_row_under_its_key_with_its_table(spark: Any) -> None:
-    rows = {
-        "decisions": [
-            {"event_id": "e1", "group_id": "orders", "type": "join", "batch_id": 7, "x": 1},
-            {"event_id": "e2", "group_id": "payments", "type": "heartbeat", "batch_id": 7},
+def test_the_records_are_keyed_with_their_table_s_header_in_one_partition(spark: Any) -> None:
+    """The Kafka sink's rows, in the batch's order (the values themselves: the answers'
+    tests in tests/engine/test_sink_arrow.py)."""
+    calls = [
+        [
+            ("decisions", {"event_id": "e1", "group_id": "orders", "type": "join"}),
+            ("quota_decisions", {"event_id": "q1", "user": "alice", "client_id": "tf"}),
         ],
-        "quota_decisions": [
-            {"event_id": "q1", "user": "alice", "client_id": "tf", "rate_per_s": 2.5},
-            {"event_id": "q2", "user": None, "client_id": "tf", "batch_id": 7},
+        [
+            ("decisions", {"event_id": "e2", "group_id": "payments", "type": "heartbeat"}),
+            ("quota_decisions", {"event_id": "q2", "user": None, "client_id": "tf"}),
+            ("group_events", {"group_id": "orders", "kind": "member_added"}),
         ],
-        "group_events": [{"group_id": "orders", "kind": "member_added"}],
-    }
-    frame, count = answer_records(spark, rows)
-    assert count == 4
+    ]
+    batch = pa.concat_tables([envelope_table(rows, answers=True) for rows in calls])
+    tables, _ = split_batch(batch, 7, 1234)
+    records = answer_records(tables[ANSWERS_TABLE], 7, 1234)
+    assert records is not None
+    frame = record_frame(spark, records)
     assert frame.rdd.getNumPartitions() == 1  # one producer, the batch's order
-    records = frame.collect()
-    assert [(r["key"], json.loads(r["value"])["event_id"]) for r in records] == [
+    got = frame.collect()
+    assert [(r["key"], json.loads(r["value"])["event_id"]) for r in got] == [
         ("orders", "e1"),
         ("payments", "e2"),
         ("alice", "q1"),
         ("tf", "q2"),
     ]
-    assert [[(h["key"], bytes(h["value"])) for h in r["headers"]] for r in records] == [
+    assert [[(h["key"], bytes(h["value"])) for h in r["headers"]] for r in got] == [
         [("table", b"decisions")],
         [("table", b"decisions")],
         [("table", b"quota_decisions")],
         [("table", b"quota_decisions")],
     ]
-    decision, quota = json.loads(records[0]["value"]), json.loads(records[2]["value"])
-    assert list(decision) == TABLES["decisions"].fieldNames()  # its columns, nulls included
-    assert "x" not in decision
-    assert (decision["batch_id"], decision["member_id"], decision["members"]) == (7, None, None)
-    assert list(quota) == TABLES["quota_decisions"].fieldNames()
-    assert quota["rate_per_s"] == 2.5
-    assert answer_records(spark, {"decisions": [], "groups": [{"group_id": "g"}]}) == (None, 0)
+    assert json.loads(got[0]["value"])["batch_id"] == 7
+    assert list(json.loads(got[2]["value"])) == TABLES["quota_decisions"].fieldNames()
 
 
 class Batch:
@@ -71,7 +77,7 @@ class Batch:
         self.envelopes = envelopes
 
     def toArrow(self) -> pa.Table:
-        return envelope_table(self.envelopes)
+        return envelope_table(self.envelopes, answers=True)
 
 
 def test_a_batch_run_twice_writes_delta_once_and_publishes_twice_each_with_its_event_id(
@@ -131,14 +137,19 @@ def test_an_answer_the_broker_refuses_fails_the_publish_within_its_timeout(
     limit = check_topic_exists(endpoint, topic)
     assert limit == 64
     publisher = AnswersPublisher(endpoint, topic, 5_000, limit)
-    rows = {
-        "decisions": [{"event_id": "small", "group_id": "g"}, {"event_id": "big", "group_id": "g"}]
-    }
+    answers = answers_table(
+        {
+            "decisions": [
+                {"event_id": "small", "group_id": "g"},
+                {"event_id": "big", "group_id": "g"},
+            ]
+        }
+    )
     started = time.monotonic()
     with pytest.raises(
         AnswersNotDelivered, match=f"answers topic {topic}: 2 answers not all published"
     ) as e:
-        publisher.publish(spark, rows)
+        publisher.publish(spark, answers, 0, 1)
     assert time.monotonic() - started < 60
     # the producer's own error, by its class, not Py4J's "An error occurred while calling"
     assert "(org.apache.kafka.common.errors." in str(e.value), str(e.value)
@@ -147,6 +158,6 @@ def test_an_answer_the_broker_refuses_fails_the_publish_within_its_timeout(
     )
     started = time.monotonic()
     with pytest.raises(AnswersNotDelivered, match="answers topic no-such-topic") as e:
-        nowhere.publish(spark, rows)
+        nowhere.publish(spark, answers, 0, 1)
     assert "(org.apache.kafka.common.errors." in str(e.value), str(e.value)
     assert time.monotonic() - started < 60

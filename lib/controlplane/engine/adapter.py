@@ -243,24 +243,27 @@ class CallFigures:
 class StateFunction:
     """Picklable callable for ``applyInPandasWithState``; ``runner_factory`` runs in workers.
     ``state_format`` is the one of the state schema the query is started with (a new
-    checkpoint's by default); a state of either format is read."""
+    checkpoint's by default); a state of either format is read. With ``answers`` (an answers
+    topic), a call also hands Spark its answers (engine.envelope)."""
 
     def __init__(
         self,
         runner_factory: Callable[[], Runner],
         mode: TimeMode,
         state_format: StateFormat = StateFormat.TEXT,
+        answers: bool = False,
     ) -> None:
         self.runner_factory = runner_factory
         self.mode = mode
         self.state_format = state_format
+        self.answers = answers
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
         with _no_cyclic_gc():
             # one output row per table: its rows as one Arrow stream (engine.envelope)
-            frame = pd.DataFrame(envelope.columns(self.rows(frames, state)))
+            frame = pd.DataFrame(envelope.columns(self.rows(frames, state), self.answers))
         yield frame
 
     def tick_ms(self, state: Any) -> int:

@@ -10,9 +10,10 @@ dicts; a batch with no rows writes nothing.
 
 The answers topic (docs/engine.md, "The answers topic") comes after the Delta tables, which
 stay the audit and the source of truth: one record per ``decisions`` and ``quota_decisions``
-row, the row as Delta holds it. A failed produce fails the batch; Spark runs it again, the
-Delta writes are skipped as already committed and the answers are produced again: at least
-once on the topic, and clients drop duplicates by ``event_id``.
+row, the row as Delta holds it (its JSON built by the state function: engine.envelope). A
+failed produce fails the batch; Spark runs it again, the Delta writes are skipped as already
+committed and the answers are produced again: at least once on the topic, and clients drop
+duplicates by ``event_id``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 from controlplane.engine import envelope, progress
 from controlplane.engine.envelope import METRICS_COLUMNS, METRICS_TABLE
-from controlplane.io.answers import AnswersPublisher
+from controlplane.io.answers import ANSWERS_TABLE, AnswersPublisher
 from controlplane.io.locations import TableNames
 from controlplane.io.schemas import ENGINE_COLUMNS, TABLES
 from controlplane.io.sinks import choose_writer
@@ -64,8 +65,9 @@ def split_batch(
     """``split_envelopes`` on the batch's Arrow table (columns ``table`` and ``rows``, one
     Arrow stream of a call's rows of that table: engine.envelope): each table's rows as an
     Arrow table with the table's columns (and ``deleted`` for ``groups``), in batch order, and
-    the batch's summed figures. A table this engine does not know comes back as its rows'
-    texts (column ``row``), for the caller to report."""
+    the batch's summed figures. The calls' answers (``_answers``, with an answers topic) come
+    back as they were built, in batch order. A table this engine does not know comes back as
+    its rows' texts (column ``row``), for the caller to report."""
     import pyarrow as pa
 
     figures = _no_figures()
@@ -187,6 +189,7 @@ class BatchSink:
         processed_at_ms = int(time.time() * 1000)
         timings_ms = {"compute": _ms_since(started)}
         tables, figures = split_batch(arrow, batch_id, processed_at_ms)
+        answers = tables.pop(ANSWERS_TABLE, None)
         written: dict[str, Any] = {}
         if tables:  # an idle batch opens no writer and writes nothing
             written = {table: tables.pop(table, []) for table in self.tables}
@@ -195,7 +198,7 @@ class BatchSink:
             log.error("batch %d: %d rows for unknown table %s dropped", batch_id, len(rows), table)
         if self.answers is not None:  # after Delta: a failure here replays the whole batch
             at = time.perf_counter()
-            sent = self.answers.publish(frame.sparkSession, written)
+            sent = self.answers.publish(frame.sparkSession, answers, batch_id, processed_at_ms)
             if sent:
                 timings_ms["answers"] = _ms_since(at)
             log.debug("batch %d: %d answers on %s", batch_id, sent, self.answers.topic)

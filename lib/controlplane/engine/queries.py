@@ -322,7 +322,7 @@ def build_query(
             "reject_reason",
         )
     state_format = state_format_of(spark, options.checkpoint(name))
-    function = StateFunction(runners, options.mode, state_format)
+    function = StateFunction(runners, options.mode, state_format, answers is not None)
     state = _stateful(_with_time(keyed, options), function, options)
     log.info(
         "%s query: %s source %s%s, %s keying (%d shards), %s, checkpoint %s (state as %s)",

@@ -8,25 +8,31 @@ nulls included; its ``table`` header names the table.
 
 Spark's sink, not a Python producer on the driver: kafka-python took 140-160 µs of the
 driver's CPU an answer, one and a half cores at 10,000 answers a second, on the batch's path.
-The Java producer writes them from one task (the batch's order kept), the JSON is built in the
-JVM, and the endpoint's client properties go to the producer as they are (``kafka.`` + the
-Kafka name), as to Spark's source. (The topic check at start is still kafka-python's, which
+The Java producer writes them from one task (the batch's order kept), and the endpoint's client
+properties go to the producer as they are (``kafka.`` + the Kafka name), as to Spark's source.
+The JSON is built in the Python workers during the stateful stage (engine.envelope, the
+``_answers`` envelope: each answer's table, key and text less the sink's columns), where the
+calls run side by side; the driver appends ``batch_id`` and ``processed_at_ms`` in Arrow. Built
+in the JVM from the batch's rows by ``to_json`` it took 400-600 ms for 50,000 answers, on the
+batch's path (docs/benchmarks/engine.md). (The topic check at start is still kafka-python's, which
 refuses the security properties it cannot apply: io/kafka_clients.py.) Properties that would
 break what clients rely on (the partition, the order, at least once) are refused at start.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from controlplane.io.kafka_clients import KafkaSetupError
 from controlplane.io.options import KafkaEndpoint
-from controlplane.io.schemas import TABLES
 
 ANSWERED_TABLES: Final = ("decisions", "quota_decisions")
+ANSWERS_TABLE: Final = "_answers"  # a call's answers in the state function's output
 TABLE_HEADER: Final = "table"
 # The producer's batching unless the endpoint's properties say otherwise: a batch's answers go
 # out at once, and the Java client's defaults (kafka-clients 3.9: 16 KB, 0 ms) sent 50,000
@@ -92,11 +98,16 @@ class AnswersPublisher:
         }
         return {**{f"kafka.{name}": value for name, value in producer.items()}, "topic": self.topic}
 
-    def publish(self, spark: Any, rows_by_table: Mapping[str, Any]) -> int:
-        """The batch's answers on the topic, in batch order; how many were sent."""
-        frame, count = answer_records(spark, rows_by_table)
-        if frame is None:
+    def publish(
+        self, spark: Any, answers: pa.Table | None, batch_id: int, processed_at_ms: int
+    ) -> int:
+        """The batch's answers (its ``_answers`` rows) on the topic, in batch order; how many
+        were sent."""
+        records = answer_records(answers, batch_id, processed_at_ms)
+        if records is None:
             return 0
+        count = int(records.num_rows)
+        frame = record_frame(spark, records)
         try:
             frame.write.format("kafka").options(**self.writer_options()).save()
         except Exception as exc:
@@ -125,33 +136,41 @@ def reason_of(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
-def answer_records(spark: Any, rows_by_table: Mapping[str, Any]) -> tuple[Any, int]:
-    """The batch's answers as the Kafka sink's rows (``key``, ``value``, ``headers``) in one
-    partition, decisions then quota decisions, each table's rows in batch order, and how many
-    there are; (None, 0) when the batch has none."""
-    from pyspark.sql import DataFrame
+def answer_key(table: str, row: Mapping[str, Any]) -> Any:
+    """An answer's record key: the decision's ``group_id``, the quota decision's ``user`` (its
+    ``client_id`` when the user is null)."""
+    if table == "decisions":
+        return row.get("group_id")
+    user = row.get("user")
+    return row.get("client_id") if user is None else user
+
+
+def answer_records(
+    answers: pa.Table | None, batch_id: int, processed_at_ms: int
+) -> pa.Table | None:
+    """The batch's answers as records (``key``, ``value``, ``table``): decisions then quota
+    decisions, each table's in batch order, each value its head with the sink's columns and
+    the closing brace appended; None when the batch has none."""
+    if answers is None or not answers.num_rows:
+        return None
+    tail = pa.scalar(f',"batch_id":{batch_id},"processed_at_ms":{processed_at_ms}}}'.encode())
+    parts = []
+    for table in ANSWERED_TABLES:
+        rows = answers.filter(pc.equal(answers.column("table"), table))
+        if rows.num_rows:
+            value = pc.binary_join_element_wise(rows.column("head"), tail, b"")
+            parts.append(
+                pa.table({"key": rows.column("key"), "value": value, "table": rows.column("table")})
+            )
+    return pa.concat_tables(parts) if parts else None
+
+
+def record_frame(spark: Any, records: pa.Table) -> Any:
+    """The records as the Kafka sink's rows (``key``, ``value``, ``headers``), in one
+    partition."""
     from pyspark.sql import functions as F
 
-    from controlplane.io.sinks import to_arrow
-
-    frames, count = [], 0
-    for table in ANSWERED_TABLES:
-        rows = rows_by_table.get(table)
-        if rows is None or not len(rows):
-            continue
-        count += len(rows)
-        # to_arrow gives the table's schema already; naming it again cast every batch anew
-        typed = spark.createDataFrame(to_arrow(table, rows))
-        key = F.col("group_id") if table == "decisions" else F.coalesce("user", "client_id")
-        row = F.struct(*[F.col(name) for name in TABLES[table].fieldNames()])
-        header = F.struct(F.lit(TABLE_HEADER).alias("key"), F.lit(table.encode()).alias("value"))
-        frames.append(
-            typed.select(
-                key.alias("key"),
-                F.to_json(row, {"ignoreNullFields": "false"}).alias("value"),
-                F.array(header).alias("headers"),
-            )
-        )
-    if not frames:
-        return None, 0
-    return functools.reduce(DataFrame.unionByName, frames).coalesce(1), count
+    table = F.col("table").cast("binary")
+    header = F.struct(F.lit(TABLE_HEADER).alias("key"), table.alias("value"))
+    frame = spark.createDataFrame(records)
+    return frame.select("key", "value", F.array(header).alias("headers")).coalesce(1)
