@@ -17,7 +17,9 @@ both in process CPU time (the machine is shared: see docs/benchmarks.md):
   its timeout, the output envelopes), the output frame back to Arrow, then the driver's
   foreachBatch sink (``BatchSink``) up to the Arrow tables the Delta writer commits (the
   ``groups`` rows reduced to the latest per group with their ``deleted`` flag), without
-  writing them. Printed per part, in µs per event.
+  writing them. Printed per part, in µs per event. ``--answers`` runs it again as a query
+  with an answers topic runs it: the state function also writes each decision's JSON, and the
+  sink builds the records up to the Arrow table Spark's Kafka sink would be handed.
 
 Then the steady heartbeats of one shard (470 groups, the batches after the joins, best of 20:
 the core's cost of the bulk of a running job's input), the state: bytes per group in the shard
@@ -93,6 +95,23 @@ class ArrowFrame:
         return self.table
 
 
+class ArrowOnlyPublisher:
+    """The answers topic up to the records Spark's Kafka sink would be handed (no Spark)."""
+
+    topic = "answers"
+
+    def __init__(self) -> None:
+        self.records = 0
+
+    def publish(self, spark: Any, answers: Any, batch_id: int, processed_at_ms: int) -> int:
+        from controlplane.io.answers import answer_records
+
+        records = answer_records(answers, batch_id, processed_at_ms)
+        count = 0 if records is None else records.num_rows
+        self.records += count
+        return count
+
+
 class ArrowOnlyWriter:
     """The delta-rs writer up to the Arrow table it would commit (no Delta I/O)."""
 
@@ -151,7 +170,7 @@ def keyed_batches(slots: list[list[dict[str, Any]]], shards: int) -> list[Batch]
     return batches
 
 
-def state_function() -> Any:
+def state_function(answers: bool = False) -> Any:
     from controlplane.core.config import parse_settings
     from controlplane.engine.adapter import StateFormat, StateFunction
     from controlplane.engine.options import EngineOptions, TimeMode
@@ -160,7 +179,8 @@ def state_function() -> Any:
 
     settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
     runners = CoordinatorRunners(SettingsSource(None, settings), EngineOptions().failover_gap_ms)
-    return StateFunction(runners, TimeMode.PROCESSING_TIME, StateFormat.TEXT)  # a new checkpoint's
+    # a new checkpoint's state format
+    return StateFunction(runners, TimeMode.PROCESSING_TIME, StateFormat.TEXT, answers)
 
 
 class Clock:
@@ -176,14 +196,18 @@ class Clock:
         return result
 
 
-def engine_path(batches: list[Batch], clock: Clock) -> tuple[int, dict[str, Any]]:
+def engine_path(
+    batches: list[Batch], clock: Clock, answers: bool = False
+) -> tuple[int, dict[str, Any]]:
     """Every batch through the Python path of a micro-batch; returns (events, states)."""
     import pyarrow as pa
 
     from controlplane.engine.batch import BatchSink
 
-    function = state_function()
-    sink = BatchSink("bench", ("decisions", "group_events", "groups", "rejected_events"), "", "")
+    function = state_function(answers)
+    tables = ("decisions", "group_events", "groups", "rejected_events")
+    publisher = ArrowOnlyPublisher() if answers else None
+    sink = BatchSink("bench", tables, "", "", answers=publisher)  # type: ignore[arg-type]
     writer = ArrowOnlyWriter()
     sink._writer = writer
     states: dict[str, Any] = {}
@@ -318,6 +342,13 @@ def state_bytes(states: dict[str, Any], groups: int) -> tuple[int, float]:
     return size, size / groups
 
 
+def print_parts(title: str, events: int, clock: Clock) -> None:
+    spent = sum(clock.parts.values())
+    print(f"{title}: {events / spent:,.0f} events/s CPU")
+    for part, cpu in clock.parts.items():
+        print(f"  {part:34s} {cpu:7.2f} s  {cpu / events * 1e6:7.1f} µs/event")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", type=int, default=30_000)
@@ -325,6 +356,9 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--scaling", default="10,100,1000,3000")
     parser.add_argument("--profile", action="store_true", help="cProfile the engine path")
+    parser.add_argument(
+        "--answers", action="store_true", help="the engine path again, with an answers topic"
+    )
     args = parser.parse_args()
     gc.collect()
     slots = workload(args.groups, args.seconds)
@@ -348,10 +382,11 @@ def main() -> int:
         pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime")).print_stats(
             int(os.environ.get("TOP", "35"))
         )
-    spent = sum(clock.parts.values())
-    print(f"engine path (worker + driver, Python): {events / spent:,.0f} events/s CPU")
-    for part, cpu in clock.parts.items():
-        print(f"  {part:34s} {cpu:7.2f} s  {cpu / events * 1e6:7.1f} µs/event")
+    print_parts("engine path (worker + driver, Python)", events, clock)
+    if args.answers:
+        clock = Clock()
+        events, _ = engine_path(batches, clock, answers=True)
+        print_parts("engine path with an answers topic", events, clock)
 
     size = min(470, args.groups)
     print(
