@@ -410,6 +410,20 @@ def test_the_answers_are_published_after_every_delta_table_is_written(
     assert (record["key"], answer["event_id"], answer["batch_id"]) == ("g", "e1", 3)
 
 
+class BatchWithoutAnswers(Batch):
+    def toArrow(self) -> pa.Table:
+        return envelope_table(self.envelopes)
+
+
+def test_a_state_function_without_answers_behind_an_answers_topic_fails_before_delta(
+    tmp_path: Path,
+) -> None:
+    log: list[str] = []
+    with pytest.raises(RuntimeError, match="batch 3: 0 answers for 1 decisions"):
+        sink(tmp_path, RecordingPublisher(log), log)(BatchWithoutAnswers(BATCH), 3)
+    assert log == []  # nothing written, nothing published
+
+
 def test_a_failed_publish_fails_the_batch_once_delta_is_written(tmp_path: Path) -> None:
     """Spark then runs the batch again: Delta skips what it has, the answers go out again."""
     log: list[str] = []

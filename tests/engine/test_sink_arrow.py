@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -21,11 +22,12 @@ from hypothesis import strategies as st
 from controlplane.core.runtime import Runner
 from controlplane.engine import envelope, progress
 from controlplane.engine.adapter import METRICS_TABLE, StateFunction
+from controlplane.engine.answer_json import answers_table, finite
 from controlplane.engine.batch import BatchSink, split_batch, split_envelopes
 from controlplane.engine.options import Keying, TimeMode
 from controlplane.engine.queries import CoordinatorRunners, QuotaKeyer, QuotaRunners
 from controlplane.engine.reload import SettingsSource
-from controlplane.io.answers import ANSWERED_TABLES, ANSWERS_TABLE, answer_key, answer_records
+from controlplane.io.answers import ANSWERED_TABLES, ANSWERS_TABLE, answer_records
 from controlplane.io.schemas import TABLES
 from controlplane.io.sinks import latest_per_group, to_arrow, with_deleted
 from engine.fakes import BatchFrame, FakeGroupState
@@ -120,7 +122,7 @@ def assert_answers_are_the_delta_rows(spark_out: pa.Table) -> int:
     tables, _ = split_batch(spark_out, 3, 1234)
     records = answer_records(tables.pop(ANSWERS_TABLE, None), 3, 1234)
     expected = [
-        (table, answer_key(table, row), row)
+        (table, key_of(table, row), row)
         for table in ANSWERED_TABLES
         for row in (to_arrow(table, tables[table]).to_pylist() if table in tables else [])
     ]
@@ -129,8 +131,40 @@ def assert_answers_are_the_delta_rows(spark_out: pa.Table) -> int:
     for record, (table, _, row) in zip(got, expected, strict=True):
         value = json.loads(record["value"])
         assert list(value) == TABLES[table].fieldNames()
-        assert value == row
+        assert_same_json(value, finite(row))
     return len(got)
+
+
+def key_of(table: str, row: dict[str, Any]) -> Any:
+    """The record key docs/engine.md gives an answer, from its Delta row."""
+    if table == "decisions":
+        return row["group_id"]
+    return row["client_id"] if row["user"] is None else row["user"]
+
+
+def assert_same_json(got: Any, want: Any) -> None:
+    """Equal as JSON values a typed reader sees: a boolean is not a number, an int is an int, a
+    double equals a number of the same value (JSON does not tell 1 from 1.0: Spark writes 1.0,
+    orjson 1 for a Python int), objects have the same keys in the same order."""
+    if isinstance(want, bool) or want is None or isinstance(want, str):
+        assert type(got) is type(want), (got, want)
+    elif isinstance(want, int):  # a column of ints: no 1.0 for 1
+        assert type(got) is int, (got, want)
+    elif isinstance(want, float):
+        assert type(got) in (int, float), (got, want)
+    elif isinstance(want, list):
+        assert isinstance(got, list), (got, want)
+        assert len(got) == len(want), (got, want)
+        for item, expected in zip(got, want, strict=True):
+            assert_same_json(item, expected)
+        return
+    else:
+        assert isinstance(got, dict), (got, want)
+        assert list(got) == list(want), (got, want)
+        for name, expected in want.items():
+            assert_same_json(got[name], expected)
+        return
+    assert got == want, (got, want)
 
 
 @settings(max_examples=60)
@@ -203,6 +237,148 @@ def test_an_answer_is_its_row_over_the_table_s_columns_in_the_batch_s_order() ->
     assert ANSWERS_TABLE not in without.column("table").to_pylist()
 
 
+def _right(kind: pa.DataType) -> st.SearchStrategy[Any]:
+    """Values of the Arrow type, null included: what the cores build."""
+    if pa.types.is_int32(kind) or pa.types.is_int64(kind):
+        bits = 31 if pa.types.is_int32(kind) else 63
+        return st.none() | st.integers(-(2**bits), 2**bits - 1)
+    if pa.types.is_float64(kind):
+        return st.none() | st.floats()
+    if pa.types.is_boolean(kind):
+        return st.none() | st.booleans()
+    if pa.types.is_list(kind) and pa.types.is_struct(kind.value_type):
+        inner = list(kind.value_type)
+        element = st.fixed_dictionaries({f.name: _sometimes_wrong(f) for f in inner})
+        odd = st.one_of(
+            st.fixed_dictionaries({}, optional={f.name: _right(f.type) for f in inner}),
+            st.fixed_dictionaries({**{f.name: _right(f.type) for f in inner}, "extra": st.just(1)}),
+            st.tuples(*[_right(f.type) for f in inner]),
+        )
+        pick = st.integers(0, 4).flatmap(lambda n: odd if n == 0 else element)
+        return st.none() | st.lists(pick, max_size=2)
+    return st.none() | st.text(max_size=3)
+
+
+def _sometimes_wrong(field: pa.Field) -> st.SearchStrategy[Any]:
+    """A right value, or one time in ten a wrong one: ``_values``, bytes, ``ODD_VALUES``."""
+    wrong = st.one_of(
+        _values(field),
+        st.binary(max_size=3),
+        st.sampled_from(ODD_VALUES),
+    )
+    return st.integers(0, 9).flatmap(lambda n: wrong if n == 0 else _right(field.type))
+
+
+# values Arrow converts that orjson writes otherwise, or refuses
+ODD_VALUES = [1.0, True, frozenset(), np.int64(1), np.float64("inf"), np.float64(2.5), np.bool_(1)]
+
+
+@settings(max_examples=400)
+@given(data=st.data(), table=st.sampled_from(ANSWERED_TABLES))
+def test_any_row_a_call_hands_delta_has_the_stored_row_as_its_answer(
+    data: st.DataObject, table: str
+) -> None:
+    """Whatever a call's rows hold, right or wrong: when they convert (else the call fails, with
+    or without answers), each answer is the row as Arrow stores it, for Delta, under the key
+    read from that row, and the rows orjson writes itself are exactly those."""
+    schema = envelope.row_schema(table)
+    assert schema is not None
+    fields = {field.name: _sometimes_wrong(field) for field in schema}
+    row = st.fixed_dictionaries({}, optional={**fields, "extra": st.integers()})
+    rows = data.draw(st.lists(row, min_size=1, max_size=4))
+    caught = (pa.ArrowException, TypeError, ValueError, OverflowError)
+    try:
+        stored = envelope.to_table(table, rows)
+    except caught:
+        return
+    records = answer_records(answers_table({table: rows}, {table: stored}), 3, 1234)
+    assert records is not None
+    got = records.to_pylist()
+    assert len(got) == len(rows)
+    for record, row in zip(got, stored.to_pylist(), strict=True):
+        assert record["table"] == table
+        assert record["key"] == key_of(table, row)
+        want = finite({**row, "batch_id": 3, "processed_at_ms": 1234})
+        assert_same_json(json.loads(record["value"]), want)
+
+
+class Scalar:
+    """A value Arrow does not know and the row's JSON text writes (as a numpy scalar)."""
+
+    def item(self) -> str:
+        return "from item()"
+
+
+# calls of rows no core builds, with values Arrow converts and orjson would write otherwise
+# (1.0 for an int, true for a double, a nested element without its struct's fields) or refuses
+# (bytes, numpy, a value that is not finite); the third call's rows go through JSON (a value
+# with ``item()``, as a numpy scalar has, which the direct conversion refuses)
+DAMAGED = [
+    (
+        "decisions",
+        [
+            {"event_id": "int as a float", "error_code": 1.0},
+            {
+                "event_id": "nested float",
+                "member_results": [
+                    {"member_id": "m", "group_instance_id": None, "error_code": 2.0}
+                ],
+            },
+            {"event_id": "a string for a list", "offsets": ""},
+            {"event_id": "nested extra", "members": [{"member_id": "m", "metadata": "md", "x": 1}]},
+        ],
+    ),
+    ("decisions", [{"event_id": "nested tuple", "members": [("m", None, "md")]}]),
+    (
+        "decisions",
+        [
+            {"event_id": "bytes", "error": b"abc"},
+            {"event_id": "set", "offsets": set(), "member_id": Scalar()},
+            {"event_id": "numpy", "generation_id": np.int64(4), "skip_assignment": np.bool_(1)},
+        ],
+    ),
+    (
+        "quota_decisions",
+        [
+            {"event_id": "bool as a double", "rate_per_s": True, "user": "u"},
+            {
+                "event_id": "not finite, numpy",
+                "rate_per_s": float("inf"),
+                "error_code": np.int32(0),
+            },
+            {"event_id": "nan", "rate_per_s": float("nan"), "client_id": "c"},
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("table", "rows"), DAMAGED)
+def test_the_answer_of_a_row_no_core_builds_is_its_stored_row(
+    table: str, rows: list[dict[str, Any]]
+) -> None:
+    """Each answer is the row as stored, key included, whichever way the call's rows went."""
+    stored = envelope.to_table(table, rows)
+    records = answer_records(answers_table({table: rows}, {table: stored}), 3, 1234)
+    assert records is not None
+    got = records.to_pylist()
+    for record, row in zip(got, stored.to_pylist(), strict=True):
+        assert record["key"] == key_of(table, row)
+        want = finite({**row, "batch_id": 3, "processed_at_ms": 1234})
+        assert_same_json(json.loads(record["value"]), want)
+    values = {v["event_id"]: v for v in (json.loads(r["value"]) for r in got)}
+    nested = [{"member_id": "m", "group_instance_id": None, "metadata": "md"}]
+    if "int as a float" in values:
+        assert type(values["int as a float"]["error_code"]) is int
+        assert values["nested extra"]["members"] == nested
+    if "nested tuple" in values:
+        assert values["nested tuple"]["members"] == nested
+    if "bytes" in values:
+        assert values["bytes"]["error"] == "YWJj"  # base64, as the rows' JSON path stores bytes
+    if "bool as a double" in values:
+        assert type(values["bool as a double"]["rate_per_s"]) is float
+        assert values["nan"]["rate_per_s"] == "NaN"
+
+
 def test_the_function_hands_spark_one_row_per_table_of_arrow_rows() -> None:
     runners = CoordinatorRunners(SettingsSource(path=None, initial=SETTINGS), None)
     joins = [json.dumps(e) for e in GROUP_EVENTS if e["type"] == "join"][:3]
@@ -225,13 +401,6 @@ def test_the_function_hands_spark_one_row_per_table_of_arrow_rows() -> None:
         ]
         assert set(unpacked) == {table for table, _ in expected}
     assert any(envelope.unpack(d).num_rows > 1 for o in spark_out for d in o["rows"].to_pylist())
-
-
-class Scalar:
-    """A value Arrow does not know and the row's JSON text writes (as a numpy scalar)."""
-
-    def item(self) -> str:
-        return "from item()"
 
 
 def test_a_row_arrow_refuses_goes_through_json_as_the_per_row_path() -> None:

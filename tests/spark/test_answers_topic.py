@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from controlplane.engine.batch import BatchSink, split_batch
-from controlplane.engine.envelope import answers_table, envelope_table
+from controlplane.engine.envelope import envelope_table
 from controlplane.io.answers import (
     ANSWERS_TABLE,
     AnswersNotDelivered,
@@ -137,14 +137,11 @@ def test_an_answer_the_broker_refuses_fails_the_publish_within_its_timeout(
     limit = check_topic_exists(endpoint, topic)
     assert limit == 64
     publisher = AnswersPublisher(endpoint, topic, 5_000, limit)
-    answers = answers_table(
-        {
-            "decisions": [
-                {"event_id": "small", "group_id": "g"},
-                {"event_id": "big", "group_id": "g"},
-            ]
-        }
-    )
+    rows = [
+        ("decisions", {"event_id": "small", "group_id": "g"}),
+        ("decisions", {"event_id": "big", "group_id": "g"}),
+    ]
+    answers = split_batch(envelope_table(rows, answers=True), 0, 1)[0][ANSWERS_TABLE]
     started = time.monotonic()
     with pytest.raises(
         AnswersNotDelivered, match=f"answers topic {topic}: 2 answers not all published"

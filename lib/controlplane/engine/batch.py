@@ -10,7 +10,7 @@ dicts; a batch with no rows writes nothing.
 
 The answers topic (docs/engine.md, "The answers topic") comes after the Delta tables, which
 stay the audit and the source of truth: one record per ``decisions`` and ``quota_decisions``
-row, the row as Delta holds it (its JSON built by the state function: engine.envelope). A
+row, the row as Delta holds it (its JSON built by the state function: engine.answer_json). A
 failed produce fails the batch; Spark runs it again, the Delta writes are skipped as already
 committed and the answers are produced again: at least once on the topic, and clients drop
 duplicates by ``event_id``.
@@ -28,7 +28,7 @@ from typing import Any
 
 from controlplane.engine import envelope, progress
 from controlplane.engine.envelope import METRICS_COLUMNS, METRICS_TABLE
-from controlplane.io.answers import ANSWERS_TABLE, AnswersPublisher
+from controlplane.io.answers import ANSWERED_TABLES, ANSWERS_TABLE, AnswersPublisher
 from controlplane.io.locations import TableNames
 from controlplane.io.schemas import ENGINE_COLUMNS, TABLES
 from controlplane.io.sinks import choose_writer
@@ -190,6 +190,8 @@ class BatchSink:
         timings_ms = {"compute": _ms_since(started)}
         tables, figures = split_batch(arrow, batch_id, processed_at_ms)
         answers = tables.pop(ANSWERS_TABLE, None)
+        if self.answers is not None:
+            check_answers(answers, tables, batch_id)
         written: dict[str, Any] = {}
         if tables:  # an idle batch opens no writer and writes nothing
             written = {table: tables.pop(table, []) for table in self.tables}
@@ -244,6 +246,19 @@ class BatchSink:
         if self._writers is None:
             self._writers = ThreadPoolExecutor(len(self.tables), thread_name_prefix="sink-write")
         return self._writers
+
+
+def check_answers(answers: Any, tables: dict[str, Any], batch_id: int) -> None:
+    """One answer per decision and per quota decision of the batch, else the batch fails before
+    anything is written: a state function built without answers (``StateFunction(...,
+    answers=True)``) behind a sink with an answers topic would otherwise publish none."""
+    decided = sum(len(tables[table]) for table in ANSWERED_TABLES if table in tables)
+    built = 0 if answers is None else answers.num_rows
+    if built != decided:
+        raise RuntimeError(
+            f"batch {batch_id}: {built} answers for {decided} decisions; the state function "
+            "must be built with answers=True when the query has an answers topic"
+        )
 
 
 def _timed_write(writer: Any, table: str, rows: Any, batch_id: int) -> int | None:

@@ -15,19 +15,15 @@ writes (a numpy scalar, a set) sends the table's rows through JSON first, as tha
 (tests/engine/test_sink_arrow.py compares the two on damaged input). A table this engine does
 not know is carried as its rows' JSON texts (column ``row``), for the sink to report.
 
-With an answers topic (io/answers.py), a call also hands Spark its answers (``_answers``): for
-each ``decisions`` and ``quota_decisions`` row, its table, its record's key and its JSON text
-less the columns the sink adds and the closing brace (``head``), built here too, for the same
-reason: the driver only appends ``batch_id`` and ``processed_at_ms``. The text is the row's
-over the table's columns, nulls included, which is what the table's Arrow rows are read from
-(tests/engine/test_sink_arrow.py checks that each answer parses to its Delta row), written by
-orjson (a row with a value orjson does not write, from the row as Arrow has it).
+With an answers topic (io/answers.py), a call also hands Spark its answers (``_answers``,
+engine.answer_json): for each ``decisions`` and ``quota_decisions`` row, its table, its record's
+key and its JSON text less the columns the sink adds and the closing brace, built here too, for
+the same reason: the driver only appends ``batch_id`` and ``processed_at_ms``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import (  # type: ignore[attr-defined]
     c_make_encoder,
@@ -35,10 +31,10 @@ from json.encoder import (  # type: ignore[attr-defined]
 )
 from typing import Any, Final
 
-import orjson
 import pyarrow as pa
 
-from controlplane.io.answers import ANSWERED_TABLES, ANSWERS_TABLE, answer_key
+from controlplane.engine.answer_json import answers_table
+from controlplane.io.answers import ANSWERS_TABLE
 from controlplane.io.schemas import ENGINE_COLUMNS, TABLES, arrow_schema
 from controlplane.io.sinks import MERGED_TABLES
 
@@ -128,86 +124,15 @@ def columns(rows: Iterable[tuple[str, Row]], answers: bool = False) -> dict[str,
     by_table: dict[str, list[Row]] = {}
     for name, row in rows:
         by_table.setdefault(name, []).append(row)
-    names = list(by_table)
-    packed = [pack(to_table(name, table_rows)) for name, table_rows in by_table.items()]
+    arrow = {name: to_table(name, table_rows) for name, table_rows in by_table.items()}
+    names = list(arrow)
+    packed = [pack(table) for table in arrow.values()]
     if answers:
-        table = answers_table(by_table)
+        table = answers_table(by_table, arrow)
         if table.num_rows:
             names.append(ANSWERS_TABLE)
             packed.append(pack(table))
     return {"table": names, "rows": packed}
-
-
-ANSWER_SCHEMA: Final = pa.schema(
-    [pa.field("table", pa.string()), pa.field("key", pa.string()), pa.field("head", pa.binary())]
-)
-
-
-def answers_table(by_table: Mapping[str, Sequence[Row]]) -> pa.Table:
-    """A call's answers (``ANSWER_SCHEMA``): its ``decisions`` rows, then its
-    ``quota_decisions`` rows, each with its table, its record's key and its head
-    (``answer_heads``)."""
-    tables: list[str] = []
-    keys: list[str | None] = []
-    heads: list[bytes] = []
-    for table in ANSWERED_TABLES:
-        rows = by_table.get(table, ())
-        tables.extend([table] * len(rows))
-        keys.extend([answer_key(table, row) for row in rows])
-        heads.extend(answer_heads(table, rows))
-    # bytes inferred as binary: naming the type made the conversion 30 times slower (88 ms for
-    # 50,000 heads against 2.6 ms, pyarrow 26)
-    head = pa.array(heads) if heads else pa.array([], pa.binary())
-    return pa.Table.from_arrays(
-        [pa.array(tables, pa.string()), pa.array(keys, pa.string()), head], schema=ANSWER_SCHEMA
-    )
-
-
-_ANSWER_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-
-
-def answer_heads(table: str, rows: Sequence[Row]) -> list[bytes]:
-    """Each row's JSON text (UTF-8) over the table's columns less the sink's (``batch_id`` and
-    ``processed_at_ms``, last in every table), without its closing brace: the columns in the
-    table's order, a missing one as null, a key the table does not have left out. A double
-    that is not finite is written as Spark's ``to_json`` writes it (``"NaN"``, ``"Infinity"``),
-    not as null (orjson) or Python's invalid ``NaN``."""
-    names, doubles = _answer_columns(table)
-    heads = []
-    for row in rows:
-        if tuple(row) != names:  # in the table's order, as Spark's to_json writes a row
-            row = {name: row.get(name) for name in names}
-        for name in doubles:
-            value = row[name]
-            if isinstance(value, float) and not math.isfinite(value):
-                row = {**row, name: _finite(value)}
-        try:
-            heads.append(orjson.dumps(row)[:-1])
-        except orjson.JSONEncodeError:  # a numpy scalar, a set, bytes...: as Arrow has the row
-            heads.append(orjson.dumps(_finite(to_table(table, [row]).to_pylist()[0]))[:-1])
-    return heads
-
-
-def _answer_columns(table: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The table's columns less the sink's, and those of them that are doubles."""
-    columns = _ANSWER_COLUMNS.get(table)
-    if columns is None:
-        engine = {name for name, _ in ENGINE_COLUMNS}
-        fields = [f for f in TABLES[table].fields if f.name not in engine]
-        doubles = tuple(f.name for f in fields if f.dataType.typeName() == "double")
-        columns = _ANSWER_COLUMNS[table] = (tuple(f.name for f in fields), doubles)
-    return columns
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with each float that is not finite as the string Spark's JSON writes for it."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, Mapping):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    return value
 
 
 def envelope_table(rows: Iterable[tuple[str, Row]], answers: bool = False) -> pa.Table:

@@ -10,7 +10,7 @@ Spark's sink, not a Python producer on the driver: kafka-python took 140-160 µs
 driver's CPU an answer, one and a half cores at 10,000 answers a second, on the batch's path.
 The Java producer writes them from one task (the batch's order kept), and the endpoint's client
 properties go to the producer as they are (``kafka.`` + the Kafka name), as to Spark's source.
-The JSON is built in the Python workers during the stateful stage (engine.envelope, the
+The JSON is built in the Python workers during the stateful stage (engine.answer_json, the
 ``_answers`` envelope: each answer's table, key and text less the sink's columns), where the
 calls run side by side; the driver appends ``batch_id`` and ``processed_at_ms`` in Arrow. Built
 in the JVM from the batch's rows by ``to_json`` it took 400-600 ms for 50,000 answers, on the
@@ -136,13 +136,12 @@ def reason_of(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
-def answer_key(table: str, row: Mapping[str, Any]) -> Any:
-    """An answer's record key: the decision's ``group_id``, the quota decision's ``user`` (its
-    ``client_id`` when the user is null)."""
+def answer_keys(table: str, rows: pa.Table) -> Any:
+    """The answers' record keys, from the rows as Delta gets them: a decision's ``group_id``, a
+    quota decision's ``user`` (its ``client_id`` when the user is null)."""
     if table == "decisions":
-        return row.get("group_id")
-    user = row.get("user")
-    return row.get("client_id") if user is None else user
+        return rows.column("group_id")
+    return pc.coalesce(rows.column("user"), rows.column("client_id"))
 
 
 def answer_records(
