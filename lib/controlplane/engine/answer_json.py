@@ -19,10 +19,11 @@ The key is read from the Arrow table too (io.answers.answer_keys).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import (
@@ -35,14 +36,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from controlplane.io.answers import ANSWERED_TABLES, answer_keys
+from controlplane.io.answers import ANSWER_SCHEMA, ANSWERED_TABLES, answer_keys
 from controlplane.io.schemas import ENGINE_COLUMNS, TABLES
 
 Row = Mapping[str, Any]
-
-ANSWER_SCHEMA: Final = pa.schema(
-    [pa.field("table", pa.string()), pa.field("key", pa.string()), pa.field("head", pa.binary())]
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +73,10 @@ def shape_of(struct: StructType, leave_out: frozenset[str] = frozenset()) -> Sha
     return Shape(tuple(f.name for f in fields), tuple(ints), tuple(doubles), tuple(structs))
 
 
-_SHAPES: dict[str, Shape] = {}
-
-
+@functools.cache
 def table_shape(table: str) -> Shape:
     """The shape of a table's answers: its columns less the sink's."""
-    shape = _SHAPES.get(table)
-    if shape is None:
-        engine = frozenset(name for name, _ in ENGINE_COLUMNS)
-        shape = _SHAPES[table] = shape_of(TABLES[table], engine)
-    return shape
+    return shape_of(TABLES[table], frozenset(name for name, _ in ENGINE_COLUMNS))
 
 
 def is_plain(row: Row, shape: Shape) -> bool:

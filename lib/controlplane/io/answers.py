@@ -33,6 +33,11 @@ from controlplane.io.options import KafkaEndpoint
 
 ANSWERED_TABLES: Final = ("decisions", "quota_decisions")
 ANSWERS_TABLE: Final = "_answers"  # a call's answers in the state function's output
+# Its columns (engine.answer_json builds them, ``answer_records`` reads them): the answer's table,
+# its record's key, its JSON text less ``batch_id``, ``processed_at_ms`` and the closing brace.
+ANSWER_SCHEMA: Final = pa.schema(
+    [pa.field("table", pa.string()), pa.field("key", pa.string()), pa.field("head", pa.binary())]
+)
 TABLE_HEADER: Final = "table"
 # The producer's batching unless the endpoint's properties say otherwise: a batch's answers go
 # out at once, and the Java client's defaults (kafka-clients 3.9: 16 KB, 0 ms) sent 50,000
