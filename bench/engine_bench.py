@@ -158,6 +158,22 @@ def workload(
 IDLE_SESSION_MS = 1_500_000
 
 
+def warm_lines(count: int) -> list[str]:
+    """The warm-up before the clock starts: ``count`` describe requests for groups that do not
+    exist (answered, nothing kept in state), spread over the shards, as ``encode_slots`` leaves
+    a line (without its closing brace). One warms the query's first pass; more warm the JVM's
+    compilers on the source's, the shuffle's and the sink's code before the load."""
+    events = (
+        {"event_id": f"warm{n}", "type": "describe", "group_id": "warm" if n == 0 else f"warm{n}"}
+        for n in range(count)
+    )
+    return [json.dumps(event)[:-1] for event in events]
+
+
+def is_warm(group_id: str) -> bool:
+    return group_id.startswith("warm")
+
+
 def idle_workload(groups: int) -> list[list[dict[str, Any]]]:
     """A join in the first slot and a sync in the second for every group: all Stable, every
     timer 25 minutes away."""
@@ -380,6 +396,7 @@ def run_engine(
     writer: str = "delta-rs",
     drops_per_second: int = 1,
     kafka: KafkaInput | None = None,
+    warm_events: int = 1,
 ) -> dict[str, Any]:
     landing, tables = out / "landing", out / "tables"
     query, listener = start_query(spark, out, 500, keying, shards, writer, kafka)
@@ -397,15 +414,14 @@ def run_engine(
     cores: dict[str, float] | None = None
     sink = SinkTimings().attach()
     try:
-        warm = {"event_id": "warm", "type": "describe", "group_id": "warm"}
-        drop([json.dumps(warm)[:-1]], 1, "warm")
-        _wait(lambda: read(tables / "decisions"), 600)
+        drop(warm_lines(warm_events), 1, "warm")
+        _wait(lambda: count(tables / "decisions") >= warm_events, 600)
         first_drop = time.time()
         meter = CpuMeter.start(spark, None if kafka is None else {"broker": kafka.broker.pid})
         for offset_s, lines, name in drop_schedule(texts, drops_per_second):
             time.sleep(max(0.0, first_drop + offset_s - time.time()))
             drop(lines, int(time.time() * 1000), name)
-        _wait(lambda: count(tables / "decisions") >= expected + 1, 1800)
+        _wait(lambda: count(tables / "decisions") >= expected + warm_events, 1800)
         cores = meter.stop() if meter is not None else None  # the last answer is in
         # the silent groups' removals: the others' sessions expire after the last drop, and
         # how many of those a run counts would depend on when this wait ends
@@ -421,14 +437,15 @@ def run_engine(
         query.stop()
         spark.streams.removeListener(listener)
         sink.detach()
-    decisions = [r for r in read(tables / "decisions") if r["group_id"] != "warm"]
+    decisions = [r for r in read(tables / "decisions") if not is_warm(r["group_id"])]
     removals = read(tables / "group_events", removed)
     last_commit = max(r["processed_at_ms"] for r in decisions) / 1000
     errors: dict[str, int] = defaultdict(int)
     for r in decisions:
         errors[r["error"]] += 1
     progress = read(tables / "query_progress")
-    loaded = [r for r in progress if (r["events"] or 0) > 1]  # not the warm-up, not idle
+    # not the warm-up's batch (by its size), not idle
+    loaded = [r for r in progress if (r["events"] or 0) > 1 and r["events"] != warm_events]
     busy_s = sum(r["duration_ms"] or 0 for r in loaded) / 1000
     return {
         "events": len(decisions),
@@ -668,7 +685,7 @@ class KafkaInput:
                         raise RuntimeError(str(message.error()))
                     left -= 1
                     row = json.loads(message.value() or b"{}")
-                    if row.get("group_id") != "warm":
+                    if not is_warm(row.get("group_id") or ""):
                         pairs.append((row["event_time_ms"], message.timestamp()[1]))
             return pairs
         finally:
@@ -782,6 +799,26 @@ def spark_java_options(spark: Any) -> str:
     return " ".join(conf.get(key, "") for key in keys)
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The command line's numbers and options, as ``main`` needs them (``parser.error`` if not)."""
+    if args.windows < 0:
+        parser.error("--windows must be 0 (off) or a number of seconds")
+    if args.drops_per_second < 1:
+        parser.error("--drops-per-second must be at least 1")
+    if args.warm_events < 1:
+        parser.error("--warm-events must be at least 1")
+    if any("=" not in option for option in args.kafka_option):
+        parser.error("--kafka-option takes NAME=VALUE")
+    if args.kafka_max_records < 1 or args.kafka_partitions < 1:
+        parser.error("--kafka-max-records and --kafka-partitions must be at least 1")
+    if args.answers_partitions < 0 or (args.answers_partitions and args.source != "kafka"):
+        parser.error("--answers-partitions is a number of partitions, with --source kafka only")
+    try:
+        args.kafka_options = kafka_options(args)
+    except ValueError as exc:  # the engine's ConfigError
+        parser.error(str(exc))
+
+
 def main() -> int:
     from controlplane.io.options import MAX_RECORDS_PER_TRIGGER
 
@@ -837,25 +874,18 @@ def main() -> int:
         default=0,
         help="with --source kafka: an answers topic of N partitions (0: none)",
     )
+    parser.add_argument(
+        "--warm-events",
+        type=int,
+        default=1,
+        help="describe requests answered before the clock starts (1: the query's first pass)",
+    )
     parser.add_argument("--master", default="local[2]", help="e.g. local[1] against local[2]")
     parser.add_argument(
         "--no-core", action="store_true", help="skip the core's in-process replay (long runs)"
     )
     args = parser.parse_args()
-    if args.windows < 0:
-        parser.error("--windows must be 0 (off) or a number of seconds")
-    if args.drops_per_second < 1:
-        parser.error("--drops-per-second must be at least 1")
-    if any("=" not in option for option in args.kafka_option):
-        parser.error("--kafka-option takes NAME=VALUE")
-    if args.kafka_max_records < 1 or args.kafka_partitions < 1:
-        parser.error("--kafka-max-records and --kafka-partitions must be at least 1")
-    if args.answers_partitions < 0 or (args.answers_partitions and args.source != "kafka"):
-        parser.error("--answers-partitions is a number of partitions, with --source kafka only")
-    try:
-        args.kafka_options = kafka_options(args)
-    except ValueError as exc:  # the engine's ConfigError
-        parser.error(str(exc))
+    check_args(parser, args)
     if args.source == "kafka":
         try:
             import confluent_kafka  # noqa: F401
@@ -928,7 +958,15 @@ def loaded_runs(spark: Any, args: argparse.Namespace, broker: Any) -> None:
                     )
                 )
                 figures = run_engine(
-                    spark, slots, keying, args.shards, out, writer, args.drops_per_second, kafka
+                    spark,
+                    slots,
+                    keying,
+                    args.shards,
+                    out,
+                    writer,
+                    args.drops_per_second,
+                    kafka,
+                    args.warm_events,
                 )
                 print(line(groups, keying, writer, offered, core, figures), flush=True)
                 if figures["cores"] is not None:
