@@ -238,3 +238,22 @@ def test_the_answers_topic_line_counts_records_against_decisions_and_their_laten
     pairs = [(10_000 * n, 10_000 * n + 100 * n) for n in range(1, 11)]
     line = engine_bench.describe_topic_answers(pairs, 9)
     assert line == "answers topic: 10 records for 9 decisions, latency p50 600 / p99 1000 ms"
+
+
+def test_the_warm_up_is_describe_requests_for_groups_outside_the_workload() -> None:
+    from controlplane.core.coordinator.requests import DescribeGroup
+    from controlplane.core.coordinator.wire import parse_request
+    from controlplane.engine.keying import spark_key_of
+    from controlplane.engine.options import Keying
+
+    lines = engine_bench.warm_lines(500)
+    events = [json.loads(line + ', "event_time_ms": 1}') for line in lines]
+    assert len({e["event_id"] for e in events}) == len(events) == 500
+    assert all(isinstance(parse_request(e), DescribeGroup) for e in events)
+    groups = {e["group_id"] for e in events}
+    assert len(groups) == 500 and all(engine_bench.is_warm(g) for g in groups)
+    assert "warm" in groups  # the one warm-up of the runs before the option: same answer
+    workload_groups = {e["group_id"] for s in engine_bench.workload(GROUPS, 6) for e in s}
+    assert not [g for g in workload_groups if engine_bench.is_warm(g)]
+    # spread over the shards, so that every state partition's worker takes part
+    assert len({spark_key_of(g, Keying.SHARD, 64) for g in groups}) == 64
