@@ -251,7 +251,8 @@ def test_the_warm_up_is_describe_requests_for_groups_outside_the_workload() -> N
     assert len({e["event_id"] for e in events}) == len(events) == 500
     assert all(isinstance(parse_request(e), DescribeGroup) for e in events)
     groups = {e["group_id"] for e in events}
-    assert len(groups) == 500 and all(engine_bench.is_warm(g) for g in groups)
+    assert len(groups) == 500
+    assert all(engine_bench.is_warm(g) for g in groups)
     assert "warm" in groups  # the one warm-up of the runs before the option: same answer
     workload_groups = {e["group_id"] for s in engine_bench.workload(GROUPS, 6) for e in s}
     assert not [g for g in workload_groups if engine_bench.is_warm(g)]
