@@ -5,6 +5,8 @@ the answers a batch publishes (after its Delta tables), and records the source r
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,13 @@ from controlplane.engine import launch
 from controlplane.engine.adapter import StateFunction, input_row, parse_row
 from controlplane.engine.batch import BatchSink
 from controlplane.engine.envelope import envelope_table
-from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_engine_options
+from controlplane.engine.options import (
+    AnswersOrder,
+    EngineOptions,
+    Keying,
+    TimeMode,
+    parse_engine_options,
+)
 from controlplane.engine.queries import QuotaKeyer
 from controlplane.engine.reload import SettingsSource
 from controlplane.engine.secrets import resolve, resolve_mapping
@@ -173,6 +181,7 @@ def test_answers_settings_of_their_own_win() -> None:
             "answers_bootstrap_servers": "other:9093",
             "answers_kafka_options": {"security.protocol": "SASL_SSL"},
             "answers_timeout_ms": 5000,
+            "answers_order": "with_delta",
         },
     )
     assert options.coordinator_source is not None
@@ -182,6 +191,13 @@ def test_answers_settings_of_their_own_win() -> None:
             "other:9093", {"security.protocol": "SASL_SSL"}
         )
     assert options.answers_timeout_ms == 5000
+    assert options.answers_order is AnswersOrder.WITH_DELTA
+
+
+def test_the_answers_wait_for_delta_unless_told() -> None:
+    options = parse({"coordinator": kafka()}, {"answers_topic": "answers"})
+    assert options.answers_order is AnswersOrder.AFTER_DELTA
+    assert EngineOptions().answers_order is AnswersOrder.AFTER_DELTA
 
 
 @pytest.mark.parametrize(
@@ -189,6 +205,12 @@ def test_answers_settings_of_their_own_win() -> None:
     [
         ({"coordinator": {"path": "in"}}, {"answers_topic": "a"}, "answers_bootstrap_servers"),
         ({"coordinator": kafka()}, {"answers_timeout_ms": 5000}, "need engine.answers_topic"),
+        ({"coordinator": kafka()}, {"answers_order": "with_delta"}, "need engine.answers_topic"),
+        (
+            {"coordinator": kafka()},
+            {"answers_topic": "a", "answers_order": "before_delta"},
+            "engine.answers_order: expected one of after_delta, with_delta, got 'before_delta'",
+        ),
         ({"coordinator": kafka()}, {"answers_topic": ""}, "engine.answers_topic"),
         (
             {"coordinator": kafka()},
@@ -368,10 +390,18 @@ class Batch:
         return envelope_table(self.envelopes, answers=True)
 
 
-def sink(tmp_path: Path, publisher: Any, log: list[str]) -> BatchSink:
+def sink(
+    tmp_path: Path,
+    publisher: Any,
+    log: list[str],
+    order: AnswersOrder = AnswersOrder.AFTER_DELTA,
+    writer: Any = None,
+) -> BatchSink:
     tables = ("decisions", "group_events", "groups", "rejected_events")
-    result = BatchSink("coordinator", tables, str(tmp_path), str(tmp_path), "delta-rs", publisher)
-    result._writer = RecordingWriter(log)
+    result = BatchSink(
+        "coordinator", tables, str(tmp_path), str(tmp_path), "delta-rs", publisher, order
+    )
+    result._writer = RecordingWriter(log) if writer is None else writer
     return result
 
 
@@ -431,6 +461,125 @@ def test_a_failed_publish_fails_the_batch_once_delta_is_written(tmp_path: Path) 
         sink(tmp_path, RecordingPublisher(log, fail=True), log)(Batch(BATCH), 3)
     assert log[-1] == "publish (1)"
     assert log[:-1] == [line for line in log if line.startswith("write")]
+
+
+class Meeting:
+    """A writer and a publisher that each wait (5 s unless told) to see the other at work: they
+    meet only when the answers are published while the tables are written."""
+
+    def __init__(self, wait_s: float = 5.0) -> None:
+        self.writing, self.publishing = threading.Event(), threading.Event()
+        self.wait_s = wait_s
+
+
+class MeetingWriter(RecordingWriter):
+    def __init__(self, log: list[str], meeting: Meeting, fail: bool = False) -> None:
+        super().__init__(log)
+        self.meeting, self.fail = meeting, fail
+
+    def write(self, table: str, rows: Any, batch_id: int) -> bool:
+        if table == "decisions":
+            self.meeting.writing.set()
+            self.log.append(
+                f"the writer saw the publish: {self.meeting.publishing.wait(self.meeting.wait_s)}"
+            )
+            if self.fail:
+                raise OSError("decisions: the storage refused the commit")
+        return super().write(table, rows, batch_id)
+
+
+class MeetingPublisher(RecordingPublisher):
+    def __init__(
+        self, log: list[str], meeting: Meeting, fail: bool = False, slow_s: float = 0.0
+    ) -> None:
+        super().__init__(log, fail)
+        self.meeting, self.slow_s = meeting, slow_s
+        self.threads: list[str] = []
+
+    def publish(self, spark: Any, answers: Any, batch_id: int, processed_at_ms: int) -> int:
+        self.threads.append(threading.current_thread().name)
+        self.meeting.publishing.set()
+        seen = self.meeting.writing.wait(self.meeting.wait_s)
+        self.log.append(f"the publish saw the writes: {seen}")
+        time.sleep(self.slow_s)  # the brokers' acknowledgements
+        return super().publish(spark, answers, batch_id, processed_at_ms)
+
+
+def test_with_delta_the_answers_are_published_while_the_tables_are_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from controlplane.engine import progress
+    from controlplane.engine.batch import SINK_TIMINGS
+
+    log: list[str] = []
+    meeting = Meeting()
+    publisher = MeetingPublisher(log, meeting)
+    writer = MeetingWriter(log, meeting)
+    with caplog.at_level("DEBUG", logger="controlplane.engine.batch"):
+        sink(tmp_path, publisher, log, AnswersOrder.WITH_DELTA, writer)(Batch(BATCH), 3)
+    progress.take("coordinator", 3)
+    assert "the writer saw the publish: True" in log
+    assert "the publish saw the writes: True" in log
+    assert publisher.threads != [threading.current_thread().name]
+    # the batch ended with both: every table, in order, and the answer once
+    assert [line for line in log if line.startswith("write")] == [
+        "write decisions (1)",
+        "write group_events (1)",
+        "write groups (0)",
+        "write rejected_events (1)",
+    ]
+    assert log.count("publish (1)") == 1
+    [(spark, records)] = publisher.published
+    assert spark is Batch.sparkSession
+    assert json.loads(records.to_pylist()[0]["value"])["batch_id"] == 3
+    (record,) = [r for r in caplog.records if hasattr(r, SINK_TIMINGS)]
+    timings = getattr(record, SINK_TIMINGS)
+    assert {"answers", "answers_wait"} <= set(timings)  # the publish, and the wait after Delta
+
+
+def test_after_delta_the_publish_never_meets_the_writes(tmp_path: Path) -> None:
+    """The harness of the test above, in the default order: each waits for the other in vain
+    (so that test's meeting proves the order, not the harness)."""
+    log: list[str] = []
+    meeting = Meeting(wait_s=0.5)
+    publisher = MeetingPublisher(log, meeting)
+    sink(tmp_path, publisher, log, AnswersOrder.AFTER_DELTA, MeetingWriter(log, meeting))(
+        Batch(BATCH), 3
+    )
+    assert log.index("the writer saw the publish: False") < log.index("publish (1)")
+    assert publisher.threads == [threading.current_thread().name]
+
+
+def test_with_delta_a_failed_publish_fails_the_batch_once_delta_is_written(
+    tmp_path: Path,
+) -> None:
+    log: list[str] = []
+    meeting = Meeting()
+    publisher = MeetingPublisher(log, meeting, fail=True)
+    batch_sink = sink(
+        tmp_path, publisher, log, AnswersOrder.WITH_DELTA, MeetingWriter(log, meeting)
+    )
+    with pytest.raises(AnswersNotDelivered):
+        batch_sink(Batch(BATCH), 3)
+    assert {"write decisions (1)", "write rejected_events (1)", "publish (1)"} <= set(log)
+
+
+def test_with_delta_a_failed_write_fails_the_batch_after_the_publish_ended(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The write's error is the batch's; the publish beside it has ended (its answers are out:
+    the replay publishes them again), and a publish that failed too is logged."""
+    for fail_publish in (False, True):
+        log: list[str] = []
+        meeting = Meeting()
+        publisher = MeetingPublisher(log, meeting, fail=fail_publish, slow_s=0.3)
+        writer = MeetingWriter(log, meeting, fail=True)
+        batch_sink = sink(tmp_path, publisher, log, AnswersOrder.WITH_DELTA, writer)
+        caplog.clear()
+        with pytest.raises(OSError, match="the storage refused the commit"):
+            batch_sink(Batch(BATCH), 3)
+        assert "publish (1)" in log  # ended before the batch failed
+        assert ("answers not published" in caplog.text) is fail_publish
 
 
 # --- records the source refused ---------------------------------------------------------------

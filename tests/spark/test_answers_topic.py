@@ -16,6 +16,7 @@ import pytest
 
 from controlplane.engine.batch import BatchSink, split_batch
 from controlplane.engine.envelope import envelope_table
+from controlplane.engine.options import AnswersOrder
 from controlplane.io.answers import (
     ANSWERS_TABLE,
     AnswersNotDelivered,
@@ -80,17 +81,19 @@ class Batch:
         return envelope_table(self.envelopes, answers=True)
 
 
+@pytest.mark.parametrize("order", list(AnswersOrder))
 def test_a_batch_run_twice_writes_delta_once_and_publishes_twice_each_with_its_event_id(
-    spark: Any, kafka_broker: LocalBroker, tmp_path: Path
+    spark: Any, kafka_broker: LocalBroker, tmp_path: Path, order: AnswersOrder
 ) -> None:
     """At least once on the topic: the replayed batch's answers go out again, under the same
     key, to the partition Kafka's default partitioner gives that key, with the ``table``
-    header; a client drops the second copy by its event_id. Delta keeps one row."""
+    header; a client drops the second copy by its event_id. Delta keeps one row. Published
+    beside the Delta writes (``with_delta``), from a thread of the sink's, the same."""
     from deltalake import DeltaTable
 
     from controlplane.io.sinks import DeltaRsWriter
 
-    topic = new_topic(kafka_broker, "answers", 3)
+    topic = new_topic(kafka_broker, f"answers-{order}", 3)
     publisher = AnswersPublisher(KafkaEndpoint(kafka_broker.bootstrap_servers), topic, 10_000)
     sink = BatchSink(
         "coordinator",
@@ -99,6 +102,7 @@ def test_a_batch_run_twice_writes_delta_once_and_publishes_twice_each_with_its_e
         str(tmp_path / "checkpoint"),
         "delta-rs",
         publisher,
+        order,
     )
     sink._writer = DeltaRsWriter(tmp_path / "tables", "controlplane-coordinator-test")
     groups = ["orders", "payments", "audit", "clicks"]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from controlplane.core.config import parse_settings
-from controlplane.engine.options import EngineOptions, Keying, TimeMode
+from controlplane.engine.options import AnswersOrder, EngineOptions, Keying, TimeMode
 from controlplane.engine.queries import build_coordinator_query, build_quota_query
 from controlplane.io.broker import LocalBroker
 from controlplane.io.options import SourceOptions
@@ -456,13 +456,15 @@ def test_a_restart_from_the_checkpoint_answers_every_request_exactly_once(
     assert set(published) == first | second
 
 
+@pytest.mark.parametrize("order", list(AnswersOrder))
 def test_an_answer_that_cannot_be_produced_fails_the_batch_after_delta_and_is_produced_on_replay(
-    spark: Any, kafka_broker: LocalBroker, tmp_path: Path
+    spark: Any, kafka_broker: LocalBroker, tmp_path: Path, order: AnswersOrder
 ) -> None:
     """The answers topic refuses the batch's records (its max.message.bytes shrunk under the
     running query): the batch fails after its Delta tables are written, and so does the query.
     Restarted once the topic takes them again, the batch runs again: Delta skips what it has
-    (one decision per request) and the answers are produced."""
+    (one decision per request) and the answers are produced. In either order: published
+    beside the Delta writes (``with_delta``), the batch still ends with both."""
     requests = new_topic(kafka_broker, "replayed", 1)
     answers = new_topic(kafka_broker, "replayed-answers", 1)
     options = processing_time_options(
@@ -470,6 +472,7 @@ def test_an_answer_that_cannot_be_produced_fails_the_batch_after_delta_and_is_pr
         kafka_source(kafka_broker, requests),
         answers_topic=answers,
         answers_timeout_ms=5000,
+        answers_order=order,
     )
     tables = Path(options.tables_root)
     query = build_coordinator_query(spark, parse_settings({}), options=options).start()

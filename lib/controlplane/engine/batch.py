@@ -13,7 +13,11 @@ stay the audit and the source of truth: one record per ``decisions`` and ``quota
 row, the row as Delta holds it (its JSON built by the state function: engine.answer_json). A
 failed produce fails the batch; Spark runs it again, the Delta writes are skipped as already
 committed and the answers are produced again: at least once on the topic, and clients drop
-duplicates by ``event_id``.
+duplicates by ``event_id``. With ``engine.answers_order: with_delta`` the answers are produced
+while the tables are written (the publish's Spark job started from a thread of the sink's,
+with the batch's job properties), and the batch ends when both have: an answer may then be read
+before its row is committed, and a batch whose writes fail has published answers that its
+replay publishes again (the same decisions: a replay runs the same batch on the same state).
 """
 
 from __future__ import annotations
@@ -21,19 +25,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from controlplane.engine import envelope, progress
 from controlplane.engine.envelope import METRICS_COLUMNS, METRICS_TABLE
+from controlplane.engine.options import AnswersOrder
 from controlplane.io.answers import ANSWERED_TABLES, ANSWERS_TABLE, AnswersPublisher
 from controlplane.io.locations import TableNames
 from controlplane.io.schemas import ENGINE_COLUMNS, TABLES
 from controlplane.io.sinks import choose_writer
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 def split_envelopes(
@@ -167,6 +173,7 @@ class BatchSink:
         checkpoint: str,
         writer_preference: str = "auto",
         answers: AnswersPublisher | None = None,
+        answers_order: AnswersOrder = AnswersOrder.AFTER_DELTA,
     ) -> None:
         self.query = query
         self.tables = tuple(tables)
@@ -174,8 +181,10 @@ class BatchSink:
         self.checkpoint = checkpoint
         self.writer_preference = writer_preference
         self.answers = answers
+        self.answers_order = answers_order
         self._writer: Any = None
         self._writers: ThreadPoolExecutor | None = None
+        self._publisher: ThreadPoolExecutor | None = None
 
     def writer(self, spark: Any) -> Any:
         if self._writer is None:
@@ -192,17 +201,27 @@ class BatchSink:
         answers = tables.pop(ANSWERS_TABLE, None)
         if self.answers is not None:
             check_answers(answers, tables, batch_id)
-        written: dict[str, Any] = {}
-        if tables:  # an idle batch opens no writer and writes nothing
-            written = {table: tables.pop(table, []) for table in self.tables}
-            self._write(self.writer(frame.sparkSession), written, batch_id, timings_ms)
+        spark = frame.sparkSession
+        publishing = self._publish_beside(spark, answers, batch_id, processed_at_ms)
+        try:
+            if tables:  # an idle batch opens no writer and writes nothing
+                written = {table: tables.pop(table, []) for table in self.tables}
+                self._write(self.writer(spark), written, batch_id, timings_ms)
+        except BaseException:
+            _wait_out(publishing, batch_id)  # no publish outlives its batch
+            raise
         for table, rows in tables.items():
             log.error("batch %d: %d rows for unknown table %s dropped", batch_id, len(rows), table)
-        if self.answers is not None:  # after Delta: a failure here replays the whole batch
+        if self.answers is not None:  # a failure here replays the whole batch
             at = time.perf_counter()
-            sent = self.answers.publish(frame.sparkSession, answers, batch_id, processed_at_ms)
+            if publishing is None:  # after Delta
+                sent = self.answers.publish(spark, answers, batch_id, processed_at_ms)
+                took = _ms_since(at)
+            else:
+                sent, took = publishing.result()
+                timings_ms["answers_wait"] = _ms_since(at)  # what the batch waited after Delta
             if sent:
-                timings_ms["answers"] = _ms_since(at)
+                timings_ms["answers"] = took
             log.debug("batch %d: %d answers on %s", batch_id, sent, self.answers.topic)
         progress.stash(self.query, batch_id, figures)
         log.debug(
@@ -242,10 +261,53 @@ class BatchSink:
         if failures:
             raise failures[0]
 
+    def _publish_beside(
+        self, spark: Any, answers: Any, batch_id: int, processed_at_ms: int
+    ) -> Future[tuple[int, int]] | None:
+        """With ``with_delta``, the batch's answers published on a thread of their own while the
+        tables are written: the future's (answers sent, ms the publish took). None when they
+        wait for the tables (``after_delta``, no answers topic, no answers in the batch)."""
+        publisher = self.answers
+        if publisher is None or self.answers_order is not AnswersOrder.WITH_DELTA:
+            return None
+        if answers is None or not answers.num_rows:
+            return None
+
+        def publish() -> tuple[int, int]:
+            at = time.perf_counter()
+            sent = publisher.publish(spark, answers, batch_id, processed_at_ms)
+            return sent, _ms_since(at)
+
+        if self._publisher is None:
+            self._publisher = ThreadPoolExecutor(1, thread_name_prefix="sink-answers")
+        return self._publisher.submit(_with_job_properties(publish))
+
     def _pool(self) -> ThreadPoolExecutor:
         if self._writers is None:
             self._writers = ThreadPoolExecutor(len(self.tables), thread_name_prefix="sink-write")
         return self._writers
+
+
+def _with_job_properties(work: Callable[[], _T]) -> Callable[[], _T]:
+    """``work`` run with this thread's Spark job properties (the streaming query's job group,
+    which its stop cancels; the batch's description), as PySpark's pinned threads need; as it
+    is without a running SparkContext (the sink's unit tests)."""
+    from pyspark import SparkContext, inheritable_thread_target
+
+    if SparkContext._active_spark_context is None:
+        return work
+    return inheritable_thread_target(work)
+
+
+def _wait_out(publishing: Future[tuple[int, int]] | None, batch_id: int) -> None:
+    """The publish beside a batch whose writes failed, waited for: its own failure is logged,
+    the write's is the batch's."""
+    if publishing is None:
+        return
+    try:
+        publishing.result()
+    except BaseException as exc:
+        log.error("batch %d: answers not published: %s", batch_id, exc, exc_info=exc)
 
 
 def check_answers(answers: Any, tables: dict[str, Any], batch_id: int) -> None:

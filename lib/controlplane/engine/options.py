@@ -35,6 +35,13 @@ class Keying(StrEnum):
     SHARD = "shard"  # one Spark key per coordinator shard: crc32(key) mod shards
 
 
+class AnswersOrder(StrEnum):
+    """When a batch's answers go to the answers topic (docs/engine.md, "The answers topic")."""
+
+    AFTER_DELTA = "after_delta"  # once its Delta tables are committed: an answer read is in Delta
+    WITH_DELTA = "with_delta"  # while they are written: sooner, but ahead of its Delta row
+
+
 @dataclass(frozen=True, slots=True)
 class EngineOptions:
     mode: TimeMode = TimeMode.PROCESSING_TIME
@@ -64,6 +71,7 @@ class EngineOptions:
     answers_bootstrap_servers: str | None = None
     answers_kafka_options: Mapping[str, str] | None = field(default=None, repr=False)
     answers_timeout_ms: int = 30_000
+    answers_order: AnswersOrder = AnswersOrder.AFTER_DELTA
 
     def checkpoint(self, query: str) -> str:
         return f"{self.checkpoint_root.rstrip('/')}/{query}"
@@ -115,7 +123,17 @@ _ENGINE_STRS = (
     "answers_topic",
     "answers_bootstrap_servers",
 )
-_ANSWERS_EXTRAS = ("answers_bootstrap_servers", "answers_kafka_options", "answers_timeout_ms")
+_ENGINE_ENUMS: Mapping[str, type[StrEnum]] = {
+    "mode": TimeMode,
+    "keying": Keying,
+    "answers_order": AnswersOrder,
+}
+_ANSWERS_EXTRAS = (
+    "answers_bootstrap_servers",
+    "answers_kafka_options",
+    "answers_timeout_ms",
+    "answers_order",
+)
 
 # Kafka client properties a source may not set: the engine sets them, or Spark's Kafka source
 # refuses them (it reads bytes, never commits offsets to Kafka, starts where starting_offsets
@@ -270,7 +288,7 @@ def parse_engine_options(settings: Settings, config_path: str | None = None) -> 
     """Validate the engine's sections of ``settings``; raises ConfigError naming the key."""
     engine = dict(settings.sections.get("engine") or {})
     known = set(_ENGINE_INTS) | set(_ENGINE_STRS)
-    known |= {"mode", "keying", "answers_kafka_options", "tables_schema"}
+    known |= set(_ENGINE_ENUMS) | {"answers_kafka_options", "tables_schema"}
     unknown = set(engine) - known
     if unknown:
         raise ConfigError(f"engine: unknown key(s) {sorted(unknown)}")
@@ -281,10 +299,9 @@ def parse_engine_options(settings: Settings, config_path: str | None = None) -> 
     for key in _ENGINE_STRS:
         if key in engine:
             values[key] = _str(f"engine.{key}", engine[key])
-    if "mode" in engine:
-        values["mode"] = _enum("engine.mode", TimeMode, engine["mode"])
-    if "keying" in engine:
-        values["keying"] = _enum("engine.keying", Keying, engine["keying"])
+    for key, kind in _ENGINE_ENUMS.items():
+        if key in engine:
+            values[key] = _enum(f"engine.{key}", kind, engine[key])
     if values.get("writer", "auto") not in ("auto", "delta-rs", "native"):
         raise ConfigError(
             f"engine.writer: expected auto, delta-rs or native, got {values['writer']!r}"

@@ -205,7 +205,9 @@ def _writer(
     answers: Any = None,
 ) -> Any:
     checkpoint = options.checkpoint(name)
-    sink = BatchSink(name, tables, options.tables(), checkpoint, options.writer, answers)
+    sink = BatchSink(
+        name, tables, options.tables(), checkpoint, options.writer, answers, options.answers_order
+    )
     return (
         frame.writeStream.queryName(name)
         .outputMode("append")
