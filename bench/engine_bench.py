@@ -216,11 +216,18 @@ def start_query(
     shards: int,
     writer: str,
     kafka: KafkaInput | None = None,
+    answers_order: str = "after_delta",
 ) -> tuple[Any, Any]:
     """A fresh coordinator query (and its progress listener) over ``out``'s landing directory
     (or ``kafka``'s topic), tables and checkpoint; initial rebalance delay 0."""
     from controlplane.core.config import parse_settings
-    from controlplane.engine.options import CleanSource, EngineOptions, Keying, SourceOptions
+    from controlplane.engine.options import (
+        AnswersOrder,
+        CleanSource,
+        EngineOptions,
+        Keying,
+        SourceOptions,
+    )
     from controlplane.engine.queries import build_coordinator_query, register_progress_listener
 
     shutil.rmtree(out, ignore_errors=True)
@@ -241,6 +248,7 @@ def start_query(
         if kafka is None
         else kafka.source_options(),
         answers_topic=None if kafka is None else kafka.answers_topic,
+        answers_order=AnswersOrder(answers_order),
     )
     settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
     listener = register_progress_listener(spark, options)
@@ -397,9 +405,10 @@ def run_engine(
     drops_per_second: int = 1,
     kafka: KafkaInput | None = None,
     warm_events: int = 1,
+    answers_order: str = "after_delta",
 ) -> dict[str, Any]:
     landing, tables = out / "landing", out / "tables"
-    query, listener = start_query(spark, out, 500, keying, shards, writer, kafka)
+    query, listener = start_query(spark, out, 500, keying, shards, writer, kafka, answers_order)
 
     def drop(lines: list[str], now_ms: int, name: str) -> None:
         if kafka is None:
@@ -875,6 +884,12 @@ def main() -> int:
         help="with --source kafka: an answers topic of N partitions (0: none)",
     )
     parser.add_argument(
+        "--answers-order",
+        choices=("after_delta", "with_delta"),
+        default="after_delta",
+        help="with --answers-partitions: the engine's answers_order",
+    )
+    parser.add_argument(
         "--warm-events",
         type=int,
         default=1,
@@ -967,6 +982,7 @@ def loaded_runs(spark: Any, args: argparse.Namespace, broker: Any) -> None:
                     args.drops_per_second,
                     kafka,
                     args.warm_events,
+                    args.answers_order,
                 )
                 print(line(groups, keying, writer, offered, core, figures), flush=True)
                 if figures["cores"] is not None:
