@@ -197,9 +197,13 @@ class Clock:
 
 
 def engine_path(
-    batches: list[Batch], clock: Clock, answers: bool = False
+    batches: list[Batch],
+    clock: Clock,
+    answers: bool = False,
+    by_batch: list[tuple[int, dict[str, float]]] | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """Every batch through the Python path of a micro-batch; returns (events, states)."""
+    """Every batch through the Python path of a micro-batch; returns (events, states).
+    ``by_batch`` (when given) gets each batch's events and CPU seconds per part."""
     import pyarrow as pa
 
     from controlplane.engine.batch import BatchSink
@@ -213,6 +217,7 @@ def engine_path(
     states: dict[str, Any] = {}
     events = 0
     for batch_id, (now, tables) in enumerate(batches):
+        before, events_before = dict(clock.parts), events
         outputs: list[Any] = []
         for key, table in tables.items():
             frame = clock.time("input: Arrow -> pandas frame", table.to_pandas)
@@ -235,6 +240,9 @@ def engine_path(
         envelopes = pa.concat_tables(outputs)
         frame = ArrowFrame(envelopes)
         clock.time("driver: foreachBatch sink", lambda f=frame, b=batch_id: sink(f, b))
+        if by_batch is not None:
+            spent = {part: cpu - before.get(part, 0.0) for part, cpu in clock.parts.items()}
+            by_batch.append((events - events_before, spent))
     return events, states
 
 
@@ -342,6 +350,23 @@ def state_bytes(states: dict[str, Any], groups: int) -> tuple[int, float]:
     return size, size / groups
 
 
+def slot_kinds(events: list[dict[str, Any]]) -> str:
+    """A second-slot's requests by type, in the order they first appear."""
+    kinds: dict[str, int] = {}
+    for event in events:
+        kinds[event["type"]] = kinds.get(event["type"], 0) + 1
+    return ", ".join(f"{count:,} {kind}s" for kind, count in kinds.items())
+
+
+def slot_cost(events: int, spent: dict[str, float]) -> str:
+    """A batch's CPU µs an event, in all and by part (the parts' first words)."""
+    total = sum(spent.values()) / events * 1e6
+    parts = ", ".join(
+        f"{part.split(':')[0]} {cpu / events * 1e6:.1f}" for part, cpu in spent.items()
+    )
+    return f"{total:.1f} µs/event ({parts})"
+
+
 def print_parts(title: str, events: int, clock: Clock) -> None:
     spent = sum(clock.parts.values())
     print(f"{title}: {events / spent:,.0f} events/s CPU")
@@ -358,6 +383,13 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the engine path")
     parser.add_argument(
         "--answers", action="store_true", help="the engine path again, with an answers topic"
+    )
+    parser.add_argument(
+        "--by-slot",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the first N second-slots' cost by part (the join burst: joins, then syncs)",
     )
     args = parser.parse_args()
     gc.collect()
@@ -376,17 +408,22 @@ def main() -> int:
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
-    events, _ = engine_path(batches, clock)
+    by_batch: list[tuple[int, dict[str, float]]] = []
+    events, _ = engine_path(batches, clock, by_batch=by_batch)
     if args.profile:
         profiler.disable()
         pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime")).print_stats(
             int(os.environ.get("TOP", "35"))
         )
     print_parts("engine path (worker + driver, Python)", events, clock)
+    for slot, (count, spent) in enumerate(by_batch[: args.by_slot]):
+        print(f"  second {slot}: {slot_kinds(slots[slot])}: {slot_cost(count, spent)}")
     if args.answers:
-        clock = Clock()
-        events, _ = engine_path(batches, clock, answers=True)
+        clock, by_batch = Clock(), []
+        events, _ = engine_path(batches, clock, answers=True, by_batch=by_batch)
         print_parts("engine path with an answers topic", events, clock)
+        for slot, (count, spent) in enumerate(by_batch[: args.by_slot]):
+            print(f"  second {slot}: {slot_kinds(slots[slot])}: {slot_cost(count, spent)}")
 
     size = min(470, args.groups)
     print(

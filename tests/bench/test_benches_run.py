@@ -24,6 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
             ["--groups", "30", "--seconds", "4", "--scaling", "10"],
             "one call on a shard of N groups",
         ),
+        (
+            "engine_path_bench.py",
+            ["--groups", "30", "--seconds", "4", "--scaling", "10", "--by-slot", "2", "--answers"],
+            "  second 1: 10 syncs, 10 joins: ",
+        ),
     ],
 )
 def test_the_bench_runs_at_a_toy_size(script: str, arguments: list[str], printed: str) -> None:

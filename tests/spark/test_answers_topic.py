@@ -162,3 +162,25 @@ def test_an_answer_the_broker_refuses_fails_the_publish_within_its_timeout(
         nowhere.publish(spark, answers, 0, 1)
     assert "(org.apache.kafka.common.errors." in str(e.value), str(e.value)
     assert time.monotonic() - started < 60
+
+
+def test_the_publish_beside_delta_runs_with_the_batch_s_job_properties(spark: Any) -> None:
+    """PySpark pins each Python thread to a JVM thread of its own, which starts without the
+    caller's job properties: the publish's job would then be outside the query's job group,
+    and stopping the query would not cancel it. The sink's thread carries them over."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from controlplane.engine.batch import with_job_properties
+
+    context = spark.sparkContext
+    group = "spark.jobGroup.id"
+    context.setLocalProperty(group, "the-query-run")
+    try:
+        carried = with_job_properties(lambda: context.getLocalProperty(group))
+        bare = lambda: context.getLocalProperty(group)  # noqa: E731
+    finally:
+        context.setLocalProperty(group, None)
+    with ThreadPoolExecutor(1) as pool:  # a fresh thread: what it would have had
+        assert pool.submit(bare).result() is None
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(carried).result() == "the-query-run"

@@ -280,7 +280,7 @@ class BatchSink:
 
         if self._publisher is None:
             self._publisher = ThreadPoolExecutor(1, thread_name_prefix="sink-answers")
-        return self._publisher.submit(_with_job_properties(publish))
+        return self._publisher.submit(with_job_properties(publish))
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._writers is None:
@@ -288,7 +288,7 @@ class BatchSink:
         return self._writers
 
 
-def _with_job_properties(work: Callable[[], _T]) -> Callable[[], _T]:
+def with_job_properties(work: Callable[[], _T]) -> Callable[[], _T]:
     """``work`` run with this thread's Spark job properties (the streaming query's job group,
     which its stop cancels; the batch's description), as PySpark's pinned threads need; as it
     is without a running SparkContext (the sink's unit tests)."""
