@@ -582,6 +582,22 @@ def test_with_delta_a_failed_write_fails_the_batch_after_the_publish_ended(
         assert ("answers not published" in caplog.text) is fail_publish
 
 
+def test_with_delta_a_batch_without_answers_starts_no_thread(tmp_path: Path) -> None:
+    log: list[str] = []
+    batch_sink = sink(tmp_path, RecordingPublisher(log), log, AnswersOrder.WITH_DELTA)
+    batch_sink(Batch([("_metrics", {"events": 0})]), 4)  # an idle batch
+    batch_sink(Batch([("group_events", {"group_id": "g", "kind": "expired"})]), 5)
+    assert batch_sink._publisher is None
+    assert log == [
+        "publish (0)",  # the idle batch: nothing written, nothing to publish
+        "write decisions (0)",
+        "write group_events (1)",
+        "write groups (0)",
+        "write rejected_events (0)",
+        "publish (0)",
+    ]
+
+
 # --- records the source refused ---------------------------------------------------------------
 
 

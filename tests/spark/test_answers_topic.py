@@ -176,7 +176,7 @@ def test_the_publish_beside_delta_runs_with_the_batch_s_job_properties(spark: An
     group = "spark.jobGroup.id"
     context.setLocalProperty(group, "the-query-run")
     try:
-        carried = with_job_properties(lambda: context.getLocalProperty(group))
+        carried = with_job_properties(spark, lambda: context.getLocalProperty(group))
         bare = lambda: context.getLocalProperty(group)  # noqa: E731
     finally:
         context.setLocalProperty(group, None)
@@ -184,3 +184,53 @@ def test_the_publish_beside_delta_runs_with_the_batch_s_job_properties(spark: An
         assert pool.submit(bare).result() is None
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(carried).result() == "the-query-run"
+
+
+def test_each_batch_s_publish_beside_delta_runs_in_that_batch_s_job_group(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Through the sink, two batches in a row: the publish's thread (one, reused) takes each
+    batch's own job group, as a streaming query sets it, and is left without job tags."""
+
+    class GroupRecordingPublisher:
+        topic = "answers"
+
+        def __init__(self) -> None:
+            self.seen: list[tuple[str | None, set[str]]] = []
+
+        def publish(self, session: Any, answers: Any, batch_id: int, processed_at_ms: int) -> int:
+            group = session.sparkContext.getLocalProperty("spark.jobGroup.id")
+            self.seen.append((group, set(session.getTags())))
+            return 0 if answers is None else int(answers.num_rows)
+
+    class NoWriter:
+        kind = "fake"
+
+        def write(self, table: str, rows: Any, batch_id: int) -> bool:
+            return True
+
+    publisher = GroupRecordingPublisher()
+    sink = BatchSink(
+        "coordinator",
+        ("decisions", "group_events", "groups", "rejected_events"),
+        str(tmp_path / "tables"),
+        str(tmp_path / "checkpoint"),
+        "delta-rs",
+        publisher,  # type: ignore[arg-type]
+        AnswersOrder.WITH_DELTA,
+    )
+    sink._writer = NoWriter()
+    context = spark.sparkContext
+    batch = Batch(spark, [("decisions", {"event_id": "e", "group_id": "g", "type": "join"})])
+    try:
+        for run in ("run-a", "run-b"):
+            context.setJobGroup(run, f"batch of {run}")
+            spark.addTag(f"tag-{run}")
+            sink(batch, 1)
+            spark.clearTags()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+        spark.clearTags()
+    assert [group for group, _ in publisher.seen] == ["run-a", "run-b"]
+    assert [tags for _, tags in publisher.seen] == [{"tag-run-a"}, {"tag-run-b"}]
+    assert sink._publisher is not None

@@ -17,7 +17,7 @@ duplicates by ``event_id``. With ``engine.answers_order: with_delta`` the answer
 while the tables are written (the publish's Spark job started from a thread of the sink's,
 with the batch's job properties), and the batch ends when both have: an answer may then be read
 before its row is committed, and a batch whose writes fail has published answers that its
-replay publishes again (the same decisions: a replay runs the same batch on the same state).
+replay publishes again (docs/engine.md, "The answers topic", says when the replay's may differ).
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ class BatchSink:
 
         if self._publisher is None:
             self._publisher = ThreadPoolExecutor(1, thread_name_prefix="sink-answers")
-        return self._publisher.submit(with_job_properties(publish))
+        return self._publisher.submit(with_job_properties(spark, publish))
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._writers is None:
@@ -288,15 +288,26 @@ class BatchSink:
         return self._writers
 
 
-def with_job_properties(work: Callable[[], _T]) -> Callable[[], _T]:
+def with_job_properties(spark: Any, work: Callable[[], _T]) -> Callable[[], _T]:
     """``work`` run with this thread's Spark job properties (the streaming query's job group,
-    which its stop cancels; the batch's description), as PySpark's pinned threads need; as it
-    is without a running SparkContext (the sink's unit tests)."""
+    which its stop cancels; the batch's description) and ``spark``'s job tags, as PySpark's
+    pinned threads need. The tags are the thread's own: cleared after ``work``, since the
+    sink's thread serves every batch. ``work`` as it is without a running SparkContext (the
+    sink's unit tests)."""
     from pyspark import SparkContext, inheritable_thread_target
+    from pyspark.sql import SparkSession
 
-    if SparkContext._active_spark_context is None:
+    if SparkContext._active_spark_context is None or not isinstance(spark, SparkSession):
         return work
-    return inheritable_thread_target(work)
+    inheriting = inheritable_thread_target(spark)(work)
+
+    def run() -> _T:
+        try:
+            return inheriting()  # type: ignore[no-any-return]
+        finally:
+            spark.clearTags()
+
+    return run
 
 
 def _wait_out(publishing: Future[tuple[int, int]] | None, batch_id: int) -> None:
@@ -304,10 +315,9 @@ def _wait_out(publishing: Future[tuple[int, int]] | None, batch_id: int) -> None
     the write's is the batch's."""
     if publishing is None:
         return
-    try:
-        publishing.result()
-    except BaseException as exc:
-        log.error("batch %d: answers not published: %s", batch_id, exc, exc_info=exc)
+    failure = publishing.exception()  # an interrupted wait is raised, not logged
+    if failure is not None:
+        log.error("batch %d: answers not published: %s", batch_id, failure, exc_info=failure)
 
 
 def check_answers(answers: Any, tables: dict[str, Any], batch_id: int) -> None:
@@ -329,7 +339,10 @@ def _timed_write(writer: Any, table: str, rows: Any, batch_id: int) -> int | Non
     return _ms_since(at) if writer.write(table, rows, batch_id) else None
 
 
-SINK_TIMINGS = "sink_timings_ms"  # a debug record's attribute: the ms of a batch's steps
+# A debug record's attribute: the ms of a batch's steps. ``answers`` is the publish's own time:
+# on the batch's path after the tables (after_delta), beside them (with_delta), where
+# ``answers_wait`` is what the batch waited for it after its writes.
+SINK_TIMINGS = "sink_timings_ms"
 
 
 def _ms_since(started: float) -> int:

@@ -1,5 +1,6 @@
 """The answers topic (``engine.answers_topic``): each ``decisions`` and ``quota_decisions`` row
-of a batch as a Kafka record, written by Spark's Kafka sink after the batch's Delta tables.
+of a batch as a Kafka record, written by Spark's Kafka sink after the batch's Delta tables (or
+while they are written: ``engine.answers_order``, engine.batch).
 
 A record's key is the row's ``group_id`` (decisions) or ``user`` (quota decisions; its
 ``client_id`` when the user is null), so Kafka's default partitioner (murmur2 of the key) puts
