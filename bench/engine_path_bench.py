@@ -367,6 +367,14 @@ def slot_cost(events: int, spent: dict[str, float]) -> str:
     return f"{total:.1f} µs/event ({parts})"
 
 
+def print_slots(
+    slots: list[list[dict[str, Any]]], by_batch: list[tuple[int, dict[str, float]]]
+) -> None:
+    """Each given batch's cost, as the second-slot it carried (``--by-slot``)."""
+    for slot, (count, spent) in enumerate(by_batch):
+        print(f"  second {slot}: {slot_kinds(slots[slot])}: {slot_cost(count, spent)}")
+
+
 def print_parts(title: str, events: int, clock: Clock) -> None:
     spent = sum(clock.parts.values())
     print(f"{title}: {events / spent:,.0f} events/s CPU")
@@ -416,14 +424,12 @@ def main() -> int:
             int(os.environ.get("TOP", "35"))
         )
     print_parts("engine path (worker + driver, Python)", events, clock)
-    for slot, (count, spent) in enumerate(by_batch[: args.by_slot]):
-        print(f"  second {slot}: {slot_kinds(slots[slot])}: {slot_cost(count, spent)}")
+    print_slots(slots, by_batch[: args.by_slot])
     if args.answers:
         clock, by_batch = Clock(), []
         events, _ = engine_path(batches, clock, answers=True, by_batch=by_batch)
         print_parts("engine path with an answers topic", events, clock)
-        for slot, (count, spent) in enumerate(by_batch[: args.by_slot]):
-            print(f"  second {slot}: {slot_kinds(slots[slot])}: {slot_cost(count, spent)}")
+        print_slots(slots, by_batch[: args.by_slot])
 
     size = min(470, args.groups)
     print(

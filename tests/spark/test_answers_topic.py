@@ -81,6 +81,22 @@ class Batch:
         return envelope_table(self.envelopes, answers=True)
 
 
+def coordinator_sink(tmp_path: Path, publisher: Any, order: AnswersOrder, writer: Any) -> BatchSink:
+    """The coordinator query's sink over ``tmp_path``, publishing with ``publisher`` in
+    ``order``, writing with ``writer``."""
+    sink = BatchSink(
+        "coordinator",
+        ("decisions", "group_events", "groups", "rejected_events"),
+        str(tmp_path / "tables"),
+        str(tmp_path / "checkpoint"),
+        "delta-rs",
+        publisher,
+        order,
+    )
+    sink._writer = writer
+    return sink
+
+
 @pytest.mark.parametrize("order", list(AnswersOrder))
 def test_a_batch_run_twice_writes_delta_once_and_publishes_twice_each_with_its_event_id(
     spark: Any, kafka_broker: LocalBroker, tmp_path: Path, order: AnswersOrder
@@ -95,16 +111,8 @@ def test_a_batch_run_twice_writes_delta_once_and_publishes_twice_each_with_its_e
 
     topic = new_topic(kafka_broker, f"answers-{order}", 3)
     publisher = AnswersPublisher(KafkaEndpoint(kafka_broker.bootstrap_servers), topic, 10_000)
-    sink = BatchSink(
-        "coordinator",
-        ("decisions", "group_events", "groups", "rejected_events"),
-        str(tmp_path / "tables"),
-        str(tmp_path / "checkpoint"),
-        "delta-rs",
-        publisher,
-        order,
-    )
-    sink._writer = DeltaRsWriter(tmp_path / "tables", "controlplane-coordinator-test")
+    writer = DeltaRsWriter(tmp_path / "tables", "controlplane-coordinator-test")
+    sink = coordinator_sink(tmp_path, publisher, order, writer)
     groups = ["orders", "payments", "audit", "clicks"]
     batch = Batch(
         spark,
@@ -210,16 +218,7 @@ def test_each_batch_s_publish_beside_delta_runs_in_that_batch_s_job_group(
             return True
 
     publisher = GroupRecordingPublisher()
-    sink = BatchSink(
-        "coordinator",
-        ("decisions", "group_events", "groups", "rejected_events"),
-        str(tmp_path / "tables"),
-        str(tmp_path / "checkpoint"),
-        "delta-rs",
-        publisher,  # type: ignore[arg-type]
-        AnswersOrder.WITH_DELTA,
-    )
-    sink._writer = NoWriter()
+    sink = coordinator_sink(tmp_path, publisher, AnswersOrder.WITH_DELTA, NoWriter())
     context = spark.sparkContext
     batch = Batch(spark, [("decisions", {"event_id": "e", "group_id": "g", "type": "join"})])
     try:

@@ -22,6 +22,7 @@ replay publishes again (docs/engine.md, "The answers topic", says when the repla
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -213,11 +214,10 @@ class BatchSink:
         for table, rows in tables.items():
             log.error("batch %d: %d rows for unknown table %s dropped", batch_id, len(rows), table)
         if self.answers is not None:  # a failure here replays the whole batch
-            at = time.perf_counter()
             if publishing is None:  # after Delta
-                sent = self.answers.publish(spark, answers, batch_id, processed_at_ms)
-                took = _ms_since(at)
+                sent, took = self._timed_publish(spark, answers, batch_id, processed_at_ms)
             else:
+                at = time.perf_counter()
                 sent, took = publishing.result()
                 timings_ms["answers_wait"] = _ms_since(at)  # what the batch waited after Delta
             if sent:
@@ -267,20 +267,23 @@ class BatchSink:
         """With ``with_delta``, the batch's answers published on a thread of their own while the
         tables are written: the future's (answers sent, ms the publish took). None when they
         wait for the tables (``after_delta``, no answers topic, no answers in the batch)."""
-        publisher = self.answers
-        if publisher is None or self.answers_order is not AnswersOrder.WITH_DELTA:
+        if self.answers is None or self.answers_order is not AnswersOrder.WITH_DELTA:
             return None
         if answers is None or not answers.num_rows:
             return None
-
-        def publish() -> tuple[int, int]:
-            at = time.perf_counter()
-            sent = publisher.publish(spark, answers, batch_id, processed_at_ms)
-            return sent, _ms_since(at)
-
+        publish = functools.partial(self._timed_publish, spark, answers, batch_id, processed_at_ms)
         if self._publisher is None:
             self._publisher = ThreadPoolExecutor(1, thread_name_prefix="sink-answers")
         return self._publisher.submit(with_job_properties(spark, publish))
+
+    def _timed_publish(
+        self, spark: Any, answers: Any, batch_id: int, processed_at_ms: int
+    ) -> tuple[int, int]:
+        """The batch's answers published: (answers sent, ms the publish took)."""
+        assert self.answers is not None
+        at = time.perf_counter()
+        sent = self.answers.publish(spark, answers, batch_id, processed_at_ms)
+        return sent, _ms_since(at)
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._writers is None:
