@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.engine import envelope, progress
+from controlplane.engine import batch, envelope, progress
 from controlplane.engine.batch import BatchSink
 from controlplane.io.sinks import DeltaRsWriter, NativeDeltaWriter
 from engine.fakes import BatchFrame
@@ -99,3 +99,22 @@ def test_the_writers_say_whether_their_tables_are_independent() -> None:
     assert DeltaRsWriter.tables_at_once is True
     # the native MERGE's transaction is set in the writer session's confs
     assert NativeDeltaWriter.tables_at_once is False
+
+
+def test_sinks_built_again_reuse_the_process_s_writer_threads() -> None:
+    """A driver that builds its query again (a notebook, a test) gets a new sink each time,
+    and Spark holds each old one until the JVM lets its callback go; the writes of every sink
+    run on the same threads, so none is left idle per sink."""
+    threads: set[int] = set()
+    sinks = []  # held, as Spark's foreachBatch holds them
+    for attempt in range(len(TABLES) + 2):
+        writer = Writer(at_once=True, meet=len(TABLES))
+        name = f"rebuilt-{attempt}"
+        sinks.append(sink_with(writer, name))
+        sinks[-1](a_batch(), 1)
+        assert len(writer.threads) == len(TABLES)  # still side by side
+        threads |= writer.threads
+        progress.take(name, 1)
+    assert len(threads) <= batch._POOL_SIZES[batch.WRITE_THREADS]
+    alive = [t for t in threading.enumerate() if t.name.startswith(batch.WRITE_THREADS)]
+    assert len(alive) <= batch._POOL_SIZES[batch.WRITE_THREADS]

@@ -7,6 +7,7 @@ answer the brokers refuse fails the publish within its timeout."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from controlplane.engine.batch import BatchSink, split_batch
+from controlplane.engine.batch import ANSWER_THREADS, BatchSink, split_batch
 from controlplane.engine.envelope import envelope_table
 from controlplane.engine.options import AnswersOrder
 from controlplane.io.answers import (
@@ -205,10 +206,12 @@ def test_each_batch_s_publish_beside_delta_runs_in_that_batch_s_job_group(
 
         def __init__(self) -> None:
             self.seen: list[tuple[str | None, set[str]]] = []
+            self.threads: list[str] = []
 
         def publish(self, session: Any, answers: Any, batch_id: int, processed_at_ms: int) -> int:
             group = session.sparkContext.getLocalProperty("spark.jobGroup.id")
             self.seen.append((group, set(session.getTags())))
+            self.threads.append(threading.current_thread().name)
             return 0 if answers is None else int(answers.num_rows)
 
     class NoWriter:
@@ -232,4 +235,4 @@ def test_each_batch_s_publish_beside_delta_runs_in_that_batch_s_job_group(
         spark.clearTags()
     assert [group for group, _ in publisher.seen] == ["run-a", "run-b"]
     assert [tags for _, tags in publisher.seen] == [{"tag-run-a"}, {"tag-run-b"}]
-    assert sink._publisher is not None
+    assert all(name.startswith(ANSWER_THREADS) for name in publisher.threads)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +42,28 @@ from controlplane.io.sinks import choose_writer
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+
+# The threads every sink of the process shares, created when first needed and kept for the
+# process's life: a driver that builds a query again (a notebook, a test) reuses them instead
+# of keeping idle threads for each sink it built. One writer per table any sink writes (so the
+# coordinator's and the quota's batches, written at the same moment, never wait for a thread);
+# one publisher per query that answers (the coordinator's and the quota's). A sink that waits
+# for a thread is only slower: each batch still waits for its own writes and publish.
+WRITE_THREADS = "sink-write"
+ANSWER_THREADS = "sink-answers"
+_POOL_SIZES = {WRITE_THREADS: len(TABLES), ANSWER_THREADS: len(ANSWERED_TABLES)}
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def shared_pool(name: str) -> ThreadPoolExecutor:
+    """The process's pool ``name`` (``WRITE_THREADS`` or ``ANSWER_THREADS``)."""
+    with _pools_lock:
+        pool = _pools.get(name)
+        if pool is None:
+            pool = ThreadPoolExecutor(_POOL_SIZES[name], thread_name_prefix=name)
+            _pools[name] = pool
+        return pool
 
 
 def split_envelopes(
@@ -184,8 +207,6 @@ class BatchSink:
         self.answers = answers
         self.answers_order = answers_order
         self._writer: Any = None
-        self._writers: ThreadPoolExecutor | None = None
-        self._publisher: ThreadPoolExecutor | None = None
 
     def writer(self, spark: Any) -> Any:
         if self._writer is None:
@@ -246,7 +267,7 @@ class BatchSink:
                 if took is not None:
                     timings_ms[table] = took
             return
-        pool = self._pool()
+        pool = shared_pool(WRITE_THREADS)
         futures = [(t, pool.submit(_timed_write, writer, t, rows[t], batch_id)) for t in todo]
         failures: list[BaseException] = []
         for table, future in futures:
@@ -272,9 +293,7 @@ class BatchSink:
         if answers is None or not answers.num_rows:
             return None
         publish = functools.partial(self._timed_publish, spark, answers, batch_id, processed_at_ms)
-        if self._publisher is None:
-            self._publisher = ThreadPoolExecutor(1, thread_name_prefix="sink-answers")
-        return self._publisher.submit(with_job_properties(spark, publish))
+        return shared_pool(ANSWER_THREADS).submit(with_job_properties(spark, publish))
 
     def _timed_publish(
         self, spark: Any, answers: Any, batch_id: int, processed_at_ms: int
@@ -284,11 +303,6 @@ class BatchSink:
         at = time.perf_counter()
         sent = self.answers.publish(spark, answers, batch_id, processed_at_ms)
         return sent, _ms_since(at)
-
-    def _pool(self) -> ThreadPoolExecutor:
-        if self._writers is None:
-            self._writers = ThreadPoolExecutor(len(self.tables), thread_name_prefix="sink-write")
-        return self._writers
 
 
 def with_job_properties(spark: Any, work: Callable[[], _T]) -> Callable[[], _T]:
