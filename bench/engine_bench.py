@@ -85,6 +85,7 @@ sys.path.insert(0, str(ROOT / "lib"))
 from cpu_meter import CpuMeter, describe  # noqa: E402  (bench/, beside this script)
 
 SESSION_MS = 6000
+MIN_SECONDS = 4  # the joins take the first three seconds, the last syncs the fourth
 PROTOCOLS = [{"name": "range", "metadata": "AAEAAAABAAZvcmRlcnM="}]
 
 
@@ -106,6 +107,8 @@ def workload(
     ``spread_silence``, after a number of heartbeats spread evenly over the run (fewer than
     the group would send), so that sessions expire (timers fire) throughout it and not only in
     its first seconds."""
+    if seconds < MIN_SECONDS:
+        raise ValueError(f"the workload needs at least {MIN_SECONDS} seconds, got {seconds}")
     slots: list[list[dict[str, Any]]] = [[] for _ in range(seconds)]
     for g in range(groups):
         group, client = f"g{g:05d}", f"c{g:05d}"
@@ -810,6 +813,8 @@ def spark_java_options(spark: Any) -> str:
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The command line's numbers and options, as ``main`` needs them (``parser.error`` if not)."""
+    if not args.idle and args.seconds < MIN_SECONDS:
+        parser.error(f"--seconds must be at least {MIN_SECONDS} (the joins and their syncs)")
     if args.windows < 0:
         parser.error("--windows must be 0 (off) or a number of seconds")
     if args.drops_per_second < 1:

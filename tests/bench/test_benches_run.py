@@ -43,3 +43,17 @@ def test_the_bench_runs_at_a_toy_size(script: str, arguments: list[str], printed
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert printed in done.stdout
+
+
+def test_a_run_too_short_for_the_workload_is_refused_with_a_message() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "engine_path_bench.py"), "--seconds", "3"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "lib")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "--seconds must be at least 4" in done.stderr
+    assert "Traceback" not in done.stderr

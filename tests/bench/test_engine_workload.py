@@ -74,6 +74,12 @@ def test_a_run_too_short_for_heartbeats_still_builds(seconds: int) -> None:
     assert sum(1 for s in slots for e in s if e["type"] == "join") == 30
 
 
+@pytest.mark.parametrize("seconds", [0, 1, 3])
+def test_a_run_too_short_for_the_syncs_is_refused(seconds: int) -> None:
+    with pytest.raises(ValueError, match="at least 4 seconds"):
+        engine_bench.workload(30, seconds)
+
+
 def test_one_drop_a_second_is_each_slot_as_one_file() -> None:
     texts = [["a", "b", "c"], [], ["d"]]
     assert engine_bench.drop_schedule(texts, 1) == [
