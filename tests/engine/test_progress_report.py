@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.engine.progress import ProgressReport
+from controlplane.engine.progress import ProgressReport, records_left_unread
 
 MINUTE_MS = 60_000
 
@@ -98,6 +98,58 @@ def test_timers_later_than_the_warning_threshold_make_the_line_a_warning() -> No
     assert level == logging.WARNING
     assert text.endswith("; timers fire more than 30000 ms late: falling behind")
     assert "max_timer_lateness_ms=45000" in text
+
+
+def test_a_batch_that_left_records_unread_makes_the_line_a_warning() -> None:
+    """A source's cap (max_records_per_trigger) leaves records waiting: in processing time a
+    heartbeat that waits past its session finds its member expired, so the line says so."""
+    report = ProgressReport(MINUTE_MS, trigger_interval_ms=1000, unread_warning=True)
+    [(first, text)] = report.add(batch("coordinator", 0), now_ms=0, unread_records=0)
+    assert first == logging.INFO
+    assert "unread" not in text
+    report.add(batch("coordinator", 1), now_ms=1000, unread_records=40_000)
+    report.add(batch("coordinator", 2), now_ms=2000, unread_records=12_000)
+    [(level, text)] = report.add(batch("coordinator", 3), now_ms=61_000, unread_records=0)
+    assert level == logging.WARNING
+    assert text.endswith(
+        "; 2 batch(es) read the source's max_records_per_trigger and left up to 40000 records "
+        "a partition unread: a heartbeat left waiting past its session timeout finds its "
+        "member expired"
+    )
+    assert not report.add(batch("coordinator", 4), now_ms=62_000, unread_records=0)
+    [(after, text)] = report.add(batch("coordinator", 5), now_ms=123_000, unread_records=0)
+    assert after == logging.INFO  # the next interval read everything
+    assert "unread" not in text
+
+
+def test_in_event_time_records_left_unread_are_no_warning() -> None:
+    """Event time follows the events, so a capped batch expires nobody (a replay's backlog)."""
+    report = ProgressReport(0)
+    [(level, text)] = report.add(batch("coordinator", 0), now_ms=0, unread_records=40_000)
+    assert level == logging.INFO
+    assert "unread" not in text
+
+
+class Source:
+    def __init__(self, metrics: dict[str, str] | None) -> None:
+        self.metrics = metrics
+
+
+class Progress:
+    def __init__(self, *sources: Source) -> None:
+        self.sources = list(sources)
+
+
+def test_records_left_unread_are_the_kafka_sources_most_behind_partition() -> None:
+    behind = {"avgOffsetsBehindLatest": "12.5", "maxOffsetsBehindLatest": "20"}
+    assert records_left_unread(Progress(Source(behind))) == 20
+    two = Progress(Source(behind), Source({"maxOffsetsBehindLatest": "7"}))
+    assert records_left_unread(two) == 20
+    assert records_left_unread(Progress(Source({"maxOffsetsBehindLatest": "0"}))) == 0
+    # a file source reports no such metric; an unreadable value counts as none
+    assert records_left_unread(Progress(Source({}), Source(None))) == 0
+    assert records_left_unread(Progress(Source({"maxOffsetsBehindLatest": "n/a"}))) == 0
+    assert records_left_unread(Progress()) == 0
 
 
 def test_interval_zero_logs_every_batch() -> None:

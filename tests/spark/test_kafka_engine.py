@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from controlplane.core.config import parse_settings
 from controlplane.engine.options import AnswersOrder, EngineOptions, Keying, TimeMode
+from controlplane.engine.progress import records_left_unread
 from controlplane.engine.queries import build_coordinator_query, build_quota_query
 from controlplane.io.broker import LocalBroker
 from controlplane.io.options import SourceOptions
@@ -185,7 +187,8 @@ def test_max_records_per_trigger_bounds_every_batch(
 ) -> None:
     """A backlog of 40 requests on 2 partitions, at most 7 records a micro-batch (Spark's
     maxOffsetsPerTrigger): no batch reads more, so at least 6 read some, and every request is
-    answered once."""
+    answered once. Each batch but the last says how many records it left unread (the source
+    metric the progress log warns of)."""
     requests = new_topic(kafka_broker, "capped", 2)
     produce(
         kafka_broker,
@@ -206,6 +209,9 @@ def test_max_records_per_trigger_bounds_every_batch(
         build_coordinator_query(spark, parse_settings({}), options=options, available_now=True)
     )
     sizes = [int(p["numInputRows"]) for p in progress if p["numInputRows"]]
+    unread = [records_left_unread(StreamingQueryProgress.fromJson(p)) for p in progress]
+    assert unread[0] >= (40 - 7) // 2  # the fuller of the two partitions
+    assert unread[-1] == 0
     assert sum(sizes) == 40
     assert max(sizes) <= 7
     assert len(sizes) >= 6

@@ -68,6 +68,20 @@ def progress_row(progress: Any, figures: Mapping[str, int]) -> dict[str, Any]:
 Row = Mapping[str, Any]
 
 
+def records_left_unread(progress: Any) -> int:
+    """The most records of one partition the batch's sources left unread when it was planned:
+    a Kafka source's ``maxOffsetsBehindLatest`` (Spark's source metric), above 0 only when the
+    batch read ``maxOffsetsPerTrigger`` with more waiting. 0 for sources without the metric."""
+    unread = 0
+    for source in progress.sources or ():
+        value = (source.metrics or {}).get("maxOffsetsBehindLatest")
+        try:
+            unread = max(unread, int(float(value))) if value is not None else unread
+        except (TypeError, ValueError):
+            continue
+    return unread
+
+
 class ProgressCommits:
     """The ``query_progress`` rows of each query, held and committed together.
 
@@ -138,6 +152,12 @@ class ProgressReport:
     even when idle, and Spark's own "Current batch is falling behind" warning fires whenever
     one takes longer than the trigger, which says little; the line reports how many did, and
     the timer lateness, which is what a slow batch costs.
+
+    With ``unread_warning`` (processing time), an interval in which a batch read its source's
+    cap and left records unread (``unread_records``: a Kafka source's ``maxOffsetsBehindLatest``
+    when the batch was planned) is a WARNING too: those records wait at least a batch more, and a
+    heartbeat that waits past its member's session timeout finds the member expired, as a Kafka
+    coordinator whose request queue lags that far expires it (docs/engine.md, "Kafka in").
     """
 
     def __init__(
@@ -145,15 +165,20 @@ class ProgressReport:
         interval_ms: int,
         trigger_interval_ms: int | None = None,
         lateness_warning_ms: int | None = None,
+        unread_warning: bool = False,
     ) -> None:
         self.interval_ms = interval_ms
         self.trigger_interval_ms = trigger_interval_ms
         self.lateness_warning_ms = lateness_warning_ms
+        self.unread_warning = unread_warning
         self._windows: dict[str, _Window] = {}
         self._seen: set[str] = set()
 
-    def add(self, row: Mapping[str, Any], now_ms: int) -> list[tuple[int, str]]:
-        """The (level, line) pairs to log after this batch's row, usually none."""
+    def add(
+        self, row: Mapping[str, Any], now_ms: int, unread_records: int = 0
+    ) -> list[tuple[int, str]]:
+        """The (level, line) pairs to log after this batch's row, usually none.
+        ``unread_records``: the most records of one source partition the batch left unread."""
         query = str(row["query"])
         lines: list[tuple[int, str]] = []
         if row["late_rows_dropped"]:
@@ -165,14 +190,14 @@ class ProgressReport:
                 )
             )
         window = self._windows.setdefault(query, _Window(started_ms=now_ms))
-        window.add(row, self.trigger_interval_ms)
+        window.add(row, self.trigger_interval_ms, unread_records if self.unread_warning else 0)
         first = query not in self._seen
         self._seen.add(query)
         if first or now_ms - window.started_ms >= self.interval_ms:
             late = self.lateness_warning_ms
             level = (
                 logging.WARNING
-                if late is not None and window.max_timer_lateness_ms > late
+                if (late is not None and window.max_timer_lateness_ms > late) or window.capped
                 else logging.INFO
             )
             lines.append((level, window.line(query, now_ms, self.trigger_interval_ms, late)))
@@ -194,8 +219,12 @@ class _Window:
         self.total_duration_ms = 0
         self.max_duration_ms = 0
         self.over_trigger = 0
+        self.capped = 0  # batches that left records unread
+        self.max_unread = 0
 
-    def add(self, row: Mapping[str, Any], trigger_interval_ms: int | None) -> None:
+    def add(
+        self, row: Mapping[str, Any], trigger_interval_ms: int | None, unread_records: int
+    ) -> None:
         batch = int(row["batch_id"])
         self.first_batch = batch if self.first_batch is None else self.first_batch
         self.last_batch = batch
@@ -211,6 +240,9 @@ class _Window:
         self.max_duration_ms = max(self.max_duration_ms, duration)
         if trigger_interval_ms is not None and duration > trigger_interval_ms:
             self.over_trigger += 1
+        if unread_records > 0:
+            self.capped += 1
+            self.max_unread = max(self.max_unread, unread_records)
 
     def line(
         self,
@@ -234,6 +266,12 @@ class _Window:
             text += f" ({self.over_trigger} over the {trigger_interval_ms} ms trigger)"
         if lateness_warning_ms is not None and self.max_timer_lateness_ms > lateness_warning_ms:
             text += f"; timers fire more than {lateness_warning_ms} ms late: falling behind"
+        if self.capped:
+            text += (
+                f"; {self.capped} batch(es) read the source's max_records_per_trigger and left up "
+                f"to {self.max_unread} records a partition unread: a heartbeat left waiting past "
+                "its session timeout finds its member expired"
+            )
         return text
 
 
@@ -285,7 +323,7 @@ class ProgressRecorder:
             row = progress_row(progress, take(progress.name or "", int(progress.batchId)))
             now_ms = self.clock()
             self._commit(str(progress.id), self.commits.add(str(progress.id), row, now_ms))
-            for level, line in self.report.add(row, now_ms):
+            for level, line in self.report.add(row, now_ms, records_left_unread(progress)):
                 log.log(level, "%s", line)
         except Exception:  # progress must never stop the query
             log.exception("could not record progress of batch %s", progress.batchId)

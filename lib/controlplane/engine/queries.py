@@ -407,8 +407,9 @@ def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
     """Append a ``query_progress`` row per batch (a commit per query per
     ``engine.progress_commit_interval_ms``), log a line per query per
     ``engine.progress_log_interval_ms``, and archive the landing files of committed batches
-    (engine.progress, io.archive). Timers firing later than ``engine.failover_gap_ms`` make
-    the line a warning in processing-time mode: the job is falling behind."""
+    (engine.progress, io.archive). In processing-time mode the line is a warning when timers
+    fired later than ``engine.failover_gap_ms`` (the job is falling behind) or a batch left
+    records of its source unread (its cap)."""
     writers: dict[str, Any] = {}
 
     def writer_for(query_id: str) -> Any:
@@ -422,6 +423,7 @@ def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
         options.progress_log_interval_ms,
         trigger_interval_ms=options.trigger_interval_ms,
         lateness_warning_ms=options.failover_gap_ms if processing_time else None,
+        unread_warning=processing_time,
     )
     listener = make_listener(
         writer_for, report, ProgressCommits(options.progress_commit_interval_ms)
