@@ -309,6 +309,27 @@ def test_without_failover_the_same_gap_expires_the_member() -> None:
     assert result.outputs[DECISIONS][0]["error"] == "UNKNOWN_MEMBER_ID"
 
 
+def test_a_long_batch_expires_no_member_whose_heartbeats_the_next_batch_reads() -> None:
+    """Batches as the engine runs them in processing time: each heartbeat at its arrival, then
+    a tick at the batch's time. After 15 s without a batch (longer than the 10-s session), a
+    batch that reads every heartbeat that arrived meanwhile keeps the member; one that reads
+    only those of the first 4 s (a source's cap leaving the rest unread) expires it at its
+    tick, and the heartbeats read later find it gone (docs/engine.md, "The cap and the
+    members' sessions")."""
+    runner = CoordinatorRunner(CONFIG)
+    shard = CoordinatorShard(CONFIG)
+    member = stable_member(shard, "g", 0)
+    beats = [heartbeat(f"h{n}", "g", 500 + n * 3_000, member, 1) for n in range(5)]  # to 12.5 s
+    read_all = runner.run(shard.encode(), beats, tick_ms=15_000)
+    assert [r["error"] for r in read_all.outputs[DECISIONS]] == ["NONE"] * 5
+    assert read_all.outputs[GROUP_EVENTS] == []
+    capped = runner.run(shard.encode(), beats[:2], tick_ms=15_000)
+    assert [r["error"] for r in capped.outputs[DECISIONS]] == ["NONE"] * 2
+    assert next(e["kind"] for e in capped.outputs[GROUP_EVENTS]) == "member_removed"
+    rest = runner.run(capped.state, beats[2:], tick_ms=16_000)
+    assert [r["error"] for r in rest.outputs[DECISIONS]] == ["UNKNOWN_MEMBER_ID"] * 3
+
+
 def test_failover_applies_on_tick_ms_only_when_a_timer_is_overdue_beyond_the_gap() -> None:
     shard = CoordinatorShard(CONFIG)
     stable_member(shard, "g", 0)

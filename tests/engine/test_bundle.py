@@ -33,7 +33,7 @@ from databricks.bundles.jobs import Job
 
 from controlplane.engine.options import parse_engine_options
 from controlplane.engine.session import DATABRICKS_ROCKSDB_PROVIDER
-from controlplane.io.options import KafkaEndpoint
+from controlplane.io.options import MAX_RECORDS_PER_TRIGGER, KafkaEndpoint
 from controlplane.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -539,6 +539,8 @@ def test_prod_and_the_kafka_variant_read_kafka_with_an_answers_topic() -> None:
             assert source is not None
             assert source.format == "kafka"
             assert source.starting_offsets == "earliest"
+            # the default: a cap that holds what arrives during the longest batch
+            assert source.max_records_per_trigger == MAX_RECORDS_PER_TRIGGER
             assert source.kafka_options["security.protocol"] == "SASL_SSL"
         assert options.quota_source is not None
         assert options.quota_source.user_header == "user"

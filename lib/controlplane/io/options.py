@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-# A Kafka source's records per micro-batch unless configured. It bounds a batch after a backlog
-# (about 3-4 s of work at the issue-14 load) without capping a running job: at 10,200 events/s
-# a steady batch takes 10,000-20,000 records, and the earlier default of 10,000 held the engine
-# to 72 % of that rate (docs/benchmarks/engine.md, issue 14, fourteenth session).
-MAX_RECORDS_PER_TRIGGER: Final = 50_000
+# A Kafka source's records per micro-batch unless configured. It bounds the first batch after a
+# long stop, and holds what arrives while a running job's longest batch runs: records left
+# unread wait a batch more, and a heartbeat left waiting past its session timeout finds its
+# member expired. 50,000 (the earlier default) expired members after issue 14's join burst,
+# whose batches ran 7-11 s at 9,667 events/s; 10,000 held the engine to 72 % of that load
+# (docs/engine.md, "The cap and the members' sessions"; docs/benchmarks/engine.md, issue 14,
+# fourteenth and eighteenth sessions).
+MAX_RECORDS_PER_TRIGGER: Final = 500_000
 
 
 class CleanSource(StrEnum):
