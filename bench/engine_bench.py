@@ -660,11 +660,12 @@ class KafkaInput:
         stamp = f', "event_time_ms": {now_ms}}}'
         produce = self.producer.produce
         for text in texts:
-            try:
-                produce(self.topic, value=text + stamp, key=group_of(text))
-            except BufferError:  # the client's queue is full (a warm-up larger than it holds)
-                self.producer.flush(10)
-                produce(self.topic, value=text + stamp, key=group_of(text))
+            while True:
+                try:
+                    produce(self.topic, value=text + stamp, key=group_of(text))
+                    break
+                except BufferError:  # the client's queue is full (a warm-up larger than it)
+                    self.producer.poll(0.1)
         self.producer.flush(10)
 
     def answers(self) -> list[tuple[int, int]]:

@@ -113,8 +113,8 @@ def test_a_batch_that_left_records_unread_makes_the_line_a_warning() -> None:
     assert level == logging.WARNING
     assert text.endswith(
         "; 2 batch(es) read the source's max_records_per_trigger and left up to 40000 records "
-        "a partition unread: a heartbeat left waiting past its session timeout finds its "
-        "member expired"
+        "a partition unread, to wait a batch more: size it to hold what arrives during the "
+        'longest batch (docs/engine.md, "The cap and the members\' sessions")'
     )
     assert not report.add(batch("coordinator", 4), now_ms=62_000, unread_records=0)
     [(after, text)] = report.add(batch("coordinator", 5), now_ms=123_000, unread_records=0)
@@ -178,10 +178,12 @@ class RecordingWriter:
         return True
 
 
-def spark_progress(query_id: str, batch_id: int) -> Any:
-    """What a StreamingQueryProgress shows the listener."""
+def spark_progress(query_id: str, batch_id: int, behind: int | None = None) -> Any:
+    """What a StreamingQueryProgress shows the listener: a Kafka source ``behind`` records in
+    its most behind partition, or a source without the metric (None)."""
     from types import SimpleNamespace
 
+    metrics = {} if behind is None else {"maxOffsetsBehindLatest": str(behind)}
     return SimpleNamespace(
         id=query_id,
         name=f"name-of-{query_id}",
@@ -190,6 +192,7 @@ def spark_progress(query_id: str, batch_id: int) -> Any:
         numInputRows=0,
         stateOperators=[],
         durationMs={"triggerExecution": 400},
+        sources=[SimpleNamespace(metrics=metrics)],
     )
 
 
@@ -214,6 +217,31 @@ def run_batches(rec: Any, clock: dict[str, int], seconds: range, queries: tuple[
         clock["now_ms"] = second * 1000
         for query in queries:
             rec.progress(spark_progress(query, second))
+
+
+def test_the_recorder_logs_a_batch_that_left_records_unread_as_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The listener's path: the source metric of a capped batch reaches the logged line."""
+    from controlplane.engine.progress import ProgressCommits, ProgressRecorder
+
+    report = ProgressReport(0, unread_warning=True)
+    rec = ProgressRecorder(
+        lambda query_id: RecordingWriter([], query_id), report, ProgressCommits(0), lambda: 0
+    )
+    with caplog.at_level(logging.INFO, logger="controlplane.progress"):
+        rec.progress(spark_progress("q1", 0, behind=0))
+        rec.progress(spark_progress("q1", 1, behind=25_000))
+    assert [r.levelno for r in caplog.records] == [logging.INFO, logging.WARNING]
+    assert "left up to 25000 records a partition unread" in caplog.records[1].getMessage()
+
+
+def test_the_job_s_report_warns_of_unread_records_in_processing_time_only() -> None:
+    from controlplane.engine.options import EngineOptions, TimeMode
+    from controlplane.engine.queries import progress_report
+
+    assert progress_report(EngineOptions(mode=TimeMode.PROCESSING_TIME)).unread_warning
+    assert not progress_report(EngineOptions(mode=TimeMode.EVENT_TIME)).unread_warning
 
 
 def test_a_minute_of_batches_is_one_commit_per_query_with_a_row_per_batch() -> None:

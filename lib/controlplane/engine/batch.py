@@ -45,10 +45,11 @@ _T = TypeVar("_T")
 
 # The threads every sink of the process shares, created when first needed and kept for the
 # process's life: a driver that builds a query again (a notebook, a test) reuses them instead
-# of keeping idle threads for each sink it built. One writer per table any sink writes (so the
-# coordinator's and the quota's batches, written at the same moment, never wait for a thread);
-# one publisher per query that answers (the coordinator's and the quota's). A sink that waits
-# for a thread is only slower: each batch still waits for its own writes and publish.
+# of keeping idle threads for each sink it built. The writers: one per engine table, at least
+# the coordinator's four and the quota's three written at the same moment (both write
+# rejected_events), so neither waits for a thread; the publishers: one per answered table, each
+# of one query. A sink that waits for a thread is only slower: each batch still waits for its
+# own writes and publish. Work on a pool never submits to the same pool (no deadlock).
 WRITE_THREADS = "sink-write"
 ANSWER_THREADS = "sink-answers"
 _POOL_SIZES = {WRITE_THREADS: len(TABLES), ANSWER_THREADS: len(ANSWERED_TABLES)}

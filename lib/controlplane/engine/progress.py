@@ -73,11 +73,11 @@ def records_left_unread(progress: Any) -> int:
     a Kafka source's ``maxOffsetsBehindLatest`` (Spark's source metric), above 0 only when the
     batch read ``maxOffsetsPerTrigger`` with more waiting. 0 for sources without the metric."""
     unread = 0
-    for source in progress.sources or ():
-        value = (source.metrics or {}).get("maxOffsetsBehindLatest")
+    for source in getattr(progress, "sources", None) or ():
+        value = (getattr(source, "metrics", None) or {}).get("maxOffsetsBehindLatest")
         try:
             unread = max(unread, int(float(value))) if value is not None else unread
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             continue
     return unread
 
@@ -157,7 +157,8 @@ class ProgressReport:
     cap and left records unread (``unread_records``: a Kafka source's ``maxOffsetsBehindLatest``
     when the batch was planned) is a WARNING too: those records wait at least a batch more, and a
     heartbeat that waits past its member's session timeout finds the member expired, as a Kafka
-    coordinator whose request queue lags that far expires it (docs/engine.md, "Kafka in").
+    coordinator whose request queue lags that far expires it (docs/engine.md, "The cap and the
+    members' sessions").
     """
 
     def __init__(
@@ -269,8 +270,9 @@ class _Window:
         if self.capped:
             text += (
                 f"; {self.capped} batch(es) read the source's max_records_per_trigger and left up "
-                f"to {self.max_unread} records a partition unread: a heartbeat left waiting past "
-                "its session timeout finds its member expired"
+                f"to {self.max_unread} records a partition unread, to wait a batch more: size it "
+                'to hold what arrives during the longest batch (docs/engine.md, "The cap and '
+                "the members' sessions\")"
             )
         return text
 

@@ -403,6 +403,19 @@ def build_quota_query(
     )
 
 
+def progress_report(options: EngineOptions) -> ProgressReport:
+    """The job's progress log: in processing time, a warning when timers fire later than the
+    failover gap or a batch leaves records of its source unread (event time follows the
+    events, so neither expires a member there)."""
+    processing_time = options.mode is TimeMode.PROCESSING_TIME
+    return ProgressReport(
+        options.progress_log_interval_ms,
+        trigger_interval_ms=options.trigger_interval_ms,
+        lateness_warning_ms=options.failover_gap_ms if processing_time else None,
+        unread_warning=processing_time,
+    )
+
+
 def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
     """Append a ``query_progress`` row per batch (a commit per query per
     ``engine.progress_commit_interval_ms``), log a line per query per
@@ -418,15 +431,8 @@ def register_progress_listener(spark: Any, options: EngineOptions) -> Any:
             writers[query_id] = choose_writer(spark, options.tables(), app_id, options.writer)
         return writers[query_id]
 
-    processing_time = options.mode is TimeMode.PROCESSING_TIME
-    report = ProgressReport(
-        options.progress_log_interval_ms,
-        trigger_interval_ms=options.trigger_interval_ms,
-        lateness_warning_ms=options.failover_gap_ms if processing_time else None,
-        unread_warning=processing_time,
-    )
     listener = make_listener(
-        writer_for, report, ProgressCommits(options.progress_commit_interval_ms)
+        writer_for, progress_report(options), ProgressCommits(options.progress_commit_interval_ms)
     )
     spark.streams.addListener(listener)
     return listener
