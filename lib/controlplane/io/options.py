@@ -15,8 +15,8 @@ from typing import Final
 # A Kafka source's records per micro-batch unless configured. It bounds the first batch after a
 # long stop, and holds what arrives while a running job's longest batch runs: records left
 # unread wait a batch more, and a heartbeat left waiting past its session timeout finds its
-# member expired. 50,000 (the earlier default) expired members after issue 14's join burst,
-# whose batches ran 7-11 s at 9,667 events/s; 10,000 held the engine to 72 % of that load
+# member expired. 50,000 (the earlier default) expired members after issue 14's join burst
+# when its batch ran 8.3 s or more at 9,667 events/s; 10,000 held the engine to 72 % of the load
 # (docs/engine.md, "The cap and the members' sessions"; docs/benchmarks/engine.md, issue 14,
 # fourteenth and eighteenth sessions).
 MAX_RECORDS_PER_TRIGGER: Final = 500_000
