@@ -816,10 +816,16 @@ def spark_java_options(spark: Any) -> str:
     return " ".join(conf.get(key, "") for key in keys)
 
 
+def check_seconds(parser: argparse.ArgumentParser, seconds: int) -> None:
+    """``--seconds`` long enough for the workload (``parser.error`` if not)."""
+    if seconds < MIN_SECONDS:
+        parser.error(f"--seconds must be at least {MIN_SECONDS} (the joins and their syncs)")
+
+
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The command line's numbers and options, as ``main`` needs them (``parser.error`` if not)."""
-    if not args.idle and args.seconds < MIN_SECONDS:
-        parser.error(f"--seconds must be at least {MIN_SECONDS} (the joins and their syncs)")
+    if not args.idle:
+        check_seconds(parser, args.seconds)
     if args.windows < 0:
         parser.error("--windows must be 0 (off) or a number of seconds")
     if args.drops_per_second < 1:

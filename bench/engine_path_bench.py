@@ -45,7 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from engine_bench import MIN_SECONDS, member_id, workload  # noqa: E402
+from engine_bench import check_seconds, member_id, workload  # noqa: E402
 
 T0 = 1_000_000
 
@@ -400,8 +400,7 @@ def main() -> int:
         help="the first N second-slots' cost by part (the join burst: joins, then syncs)",
     )
     args = parser.parse_args()
-    if args.seconds < MIN_SECONDS:
-        parser.error(f"--seconds must be at least {MIN_SECONDS} (the joins and their syncs)")
+    check_seconds(parser, args.seconds)
     gc.collect()
     slots = workload(args.groups, args.seconds)
     offered = sum(len(s) for s in slots)

@@ -74,10 +74,10 @@ def records_left_unread(progress: Any) -> int:
     batch read ``maxOffsetsPerTrigger`` with more waiting. 0 for sources without the metric."""
     unread = 0
     for source in getattr(progress, "sources", None) or ():
-        value = (getattr(source, "metrics", None) or {}).get("maxOffsetsBehindLatest")
+        value: Any = (getattr(source, "metrics", None) or {}).get("maxOffsetsBehindLatest")
         try:
-            unread = max(unread, int(float(value))) if value is not None else unread
-        except (TypeError, ValueError, OverflowError):
+            unread = max(unread, int(float(value)))
+        except (TypeError, ValueError, OverflowError):  # absent (None) or unreadable
             continue
     return unread
 
@@ -196,11 +196,8 @@ class ProgressReport:
         self._seen.add(query)
         if first or now_ms - window.started_ms >= self.interval_ms:
             late = self.lateness_warning_ms
-            level = (
-                logging.WARNING
-                if (late is not None and window.max_timer_lateness_ms > late) or window.capped
-                else logging.INFO
-            )
+            warn = window.falling_behind(late) or window.capped
+            level = logging.WARNING if warn else logging.INFO
             lines.append((level, window.line(query, now_ms, self.trigger_interval_ms, late)))
             del self._windows[query]
         return lines
@@ -245,6 +242,10 @@ class _Window:
             self.capped += 1
             self.max_unread = max(self.max_unread, unread_records)
 
+    def falling_behind(self, lateness_warning_ms: int | None) -> bool:
+        """Timers fired later than the warning threshold (None: no threshold)."""
+        return lateness_warning_ms is not None and self.max_timer_lateness_ms > lateness_warning_ms
+
     def line(
         self,
         query: str,
@@ -265,7 +266,7 @@ class _Window:
         )
         if trigger_interval_ms is not None:
             text += f" ({self.over_trigger} over the {trigger_interval_ms} ms trigger)"
-        if lateness_warning_ms is not None and self.max_timer_lateness_ms > lateness_warning_ms:
+        if self.falling_behind(lateness_warning_ms):
             text += f"; timers fire more than {lateness_warning_ms} ms late: falling behind"
         if self.capped:
             text += (
