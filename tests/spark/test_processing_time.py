@@ -5,9 +5,11 @@ restart longer than the failover gap resets sessions instead of expiring a healt
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +230,43 @@ def test_a_restart_longer_than_the_failover_gap_resets_sessions(spark: Any, tmp_
         r for r in read_table(tables / "group_events") if r["reason"] == "coordinator_failover"
     ]
     assert resets, "the failover reset leaves a trace in the audit"
+
+
+def test_a_backlog_read_in_capped_batches_keeps_a_member_that_heartbeat_through_the_stop(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The member heartbeats every 2 s while the job is down; back, the job reads the waiting
+    files one a batch (``max_files_per_trigger`` 1, the source's cap). Each batch's file is
+    older than the failover gap, so the batch ticks to its arrival, not past the files still
+    waiting: every heartbeat is answered. A tick at the batch time would have found the
+    session over after the first file (adapter.backlog_tick)."""
+    base = options_for(tmp_path, failover_gap_ms=3_000)
+    source = replace(base.coordinator_source, max_files_per_trigger=1)
+    options = replace(base, coordinator_source=source)
+    tables, landing = Path(options.tables_root), tmp_path / "landing"
+    query = start(spark, options)
+    try:
+        member = stable_member(tables, landing, query, "backlog", 6_000)
+        synced_ms = int(time.time() * 1000)  # the group's clock is at or before this
+    finally:
+        query.stop()
+    arrivals_ms = [synced_ms + 2_000 * n for n in range(1, 6)]  # to 10 s after the sync
+    time.sleep(max(0.0, arrivals_ms[-1] / 1000 + 1 - time.time()))
+    for n, arrival_ms in enumerate(arrivals_ms):
+        beat = request("heartbeat", f"backlog-h{n}", "backlog", member, 1)
+        path = drop_events(landing, [beat])
+        os.utime(path, ns=(arrival_ms * 1_000_000,) * 2)  # it arrived while the job was down
+    query = start(spark, options)
+    try:
+        answers = [decision(tables, f"backlog-h{n}", query) for n in range(len(arrivals_ms))]
+    finally:
+        query.stop()
+    assert [a["error"] for a in answers] == ["NONE"] * len(arrivals_ms)
+    assert [a["decided_at_ms"] for a in answers] == arrivals_ms
+    audit = read_table(tables / "group_events")
+    early = [r for r in audit if r["kind"] == "member_removed" and r["at_ms"] < arrivals_ms[-1]]
+    assert early == []
+    assert [r for r in audit if r["reason"] == "coordinator_failover"] == []
 
 
 def test_sessions_survive_a_restart_shorter_than_the_failover_gap(

@@ -6,9 +6,10 @@ Per call (one Spark key, one micro-batch):
 1. decode the key's state (envelope version, next deadline, the core's bytes);
 2. order the key's rows by source position (file time, file, line; Kafka partition offset);
 3. parse each row; a text that is not a JSON object becomes a ``rejected_events`` row;
-4. run the core with the tick (batch time, or the watermark in event-time mode). The core fires
-   every due timer first, so a key that gets data after its deadline (Spark does not flag it as
-   timed out) still fires its timers before the data;
+4. run the core with the tick (batch time, or the watermark in event-time mode; in processing
+   time, a call that reads a backlog ticks to its latest arrival: ``backlog_tick``). The core
+   fires every due timer first, so a key that gets data after its deadline (Spark does not flag
+   it as timed out) still fires its timers before the data;
 5. end the call with ``remove()``, or ``update()`` plus the one Spark timeout set to the
    earliest timer (``setTimeoutDuration`` / ``setTimeoutTimestamp``), or ``update()`` alone
    (which clears the timeout) when the key has no timer.
@@ -148,6 +149,26 @@ def parse_row(row: InputRow, mode: TimeMode, batch_time_ms: int) -> TimedEvent |
     return make_timed_event(event=event, time_ms=time_ms, line=line)
 
 
+def backlog_tick(
+    batch_time_ms: int, events: Sequence[TimedEvent], backlog_age_ms: int | None
+) -> int:
+    """A processing-time call's tick: the batch time, unless the call reads a backlog, a record
+    that arrived more than ``backlog_age_ms`` (engine.failover_gap_ms) before the batch, older
+    than a running engine's batches leave: the job was stopped, or its source's cap left records
+    unread. Then the source is read only up to about the call's latest arrival, and the records
+    after it still wait; a tick past them would expire the members whose next heartbeats are
+    among them. So such a call ticks to its latest arrival, and the backlog is handled at its
+    own arrival times, as a coordinator that was up would have handled it; the timers between
+    that and the batch time fire in a later batch, at their own deadlines. None: always the
+    batch time."""
+    if backlog_age_ms is None or not events:
+        return batch_time_ms
+    arrivals = [batch_time_ms if e.time_ms is None else e.time_ms for e in events]
+    if min(arrivals) >= batch_time_ms - backlog_age_ms:
+        return batch_time_ms
+    return min(max(arrivals), batch_time_ms)
+
+
 def _has_duplicate_group_id(raw: str) -> bool:
     top: list[list[str]] = []
 
@@ -244,7 +265,9 @@ class StateFunction:
     """Picklable callable for ``applyInPandasWithState``; ``runner_factory`` runs in workers.
     ``state_format`` is the one of the state schema the query is started with (a new
     checkpoint's by default); a state of either format is read. With ``answers`` (an answers
-    topic), a call also hands Spark its answers (engine.envelope)."""
+    topic), a call also hands Spark its answers (engine.envelope). ``backlog_age_ms`` (processing
+    time): how old a call's oldest record must be for the call to read a backlog
+    (``backlog_tick``); None: every call ticks to the batch time."""
 
     def __init__(
         self,
@@ -252,11 +275,13 @@ class StateFunction:
         mode: TimeMode,
         state_format: StateFormat = StateFormat.TEXT,
         answers: bool = False,
+        backlog_age_ms: int | None = None,
     ) -> None:
         self.runner_factory = runner_factory
         self.mode = mode
         self.state_format = state_format
         self.answers = answers
+        self.backlog_age_ms = backlog_age_ms
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
@@ -266,7 +291,15 @@ class StateFunction:
             frame = pd.DataFrame(envelope.columns(self.rows(frames, state), self.answers))
         yield frame
 
-    def tick_ms(self, state: Any) -> int:
+    def tick_ms(self, state: Any, events: Sequence[TimedEvent]) -> int:
+        if self.mode is TimeMode.EVENT_TIME:
+            return int(state.getCurrentWatermarkMs())
+        return backlog_tick(int(state.getCurrentProcessingTimeMs()), events, self.backlog_age_ms)
+
+    def now_ms(self, state: Any) -> int:
+        """What the key's timeout and its timers' lateness are measured from: the batch time
+        in processing time (Spark adds a timeout's duration to it), the watermark in event
+        time."""
         if self.mode is TimeMode.EVENT_TIME:
             return int(state.getCurrentWatermarkMs())
         return int(state.getCurrentProcessingTimeMs())
@@ -278,7 +311,6 @@ class StateFunction:
     def rows(self, frames: Iterator[Any], state: Any) -> list[tuple[str, Row]]:
         """One call: returns its rows, each with its table, in order; always ends with remove()
         or update(+timeout)."""
-        tick = self.tick_ms(state)
         batch_time = int(state.getCurrentProcessingTimeMs())
         stored = decode_state(state)
         events: list[TimedEvent] = []
@@ -286,15 +318,17 @@ class StateFunction:
         for row in _records(frames):
             parsed = parse_row(row, self.mode, batch_time)
             (events if isinstance(parsed, TimedEvent) else rejected).append(parsed)  # type: ignore[arg-type]
+        tick = self.tick_ms(state, events)
+        now = self.now_ms(state)
         result = self._run(stored, events, tick, rejected)
-        self._finish(state, result, tick)
-        lateness = None if stored.deadline_ms is None else tick - stored.deadline_ms
-        fired = lateness is not None and lateness >= 0
+        self._finish(state, result, now)
+        deadline = stored.deadline_ms
+        fired = deadline is not None and deadline <= tick
         figures = CallFigures(
             events=len(events),
             rejected=len(rejected),
             timers_fired=1 if fired else 0,
-            max_timer_lateness_ms=lateness if lateness is not None and fired else 0,
+            max_timer_lateness_ms=now - deadline if fired and deadline is not None else 0,
         )
         out: list[tuple[str, Row]] = [(REJECTED_TABLE, row) for row in rejected]
         for table, rows in result.outputs.items():
@@ -324,7 +358,7 @@ class StateFunction:
                 )
             return RunResult(stored.blob, {}, stored.deadline_ms)
 
-    def _finish(self, state: Any, result: RunResult, tick: int) -> None:
+    def _finish(self, state: Any, result: RunResult, now: int) -> None:
         deadline = result.next_deadline_ms
         if deadline is not None:
             # An event time near the end of the long range (the wire allows any long) can put
@@ -338,11 +372,11 @@ class StateFunction:
         if deadline is None:
             return  # update() alone clears the Spark timeout: the key has no timer
         if self.mode is TimeMode.EVENT_TIME:
-            state.setTimeoutTimestamp(max(deadline, tick + 1))
+            state.setTimeoutTimestamp(max(deadline, now + 1))
         else:
             # Spark adds the duration to the batch time: keep the sum a long (a century is
             # "never" for a timer; the key wakes, finds nothing due, and sleeps again).
-            state.setTimeoutDuration(min(max(1, deadline - tick), CENTURY_MS))
+            state.setTimeoutDuration(min(max(1, deadline - now), CENTURY_MS))
 
 
 @contextmanager
