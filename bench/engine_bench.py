@@ -73,9 +73,11 @@ import os
 import shutil
 import statistics
 import sys
+import threading
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -220,9 +222,11 @@ def start_query(
     writer: str,
     kafka: KafkaInput | None = None,
     answers_order: str = "after_delta",
+    fresh: bool = True,
 ) -> tuple[Any, Any]:
-    """A fresh coordinator query (and its progress listener) over ``out``'s landing directory
-    (or ``kafka``'s topic), tables and checkpoint; initial rebalance delay 0."""
+    """A coordinator query (and its progress listener) over ``out``'s landing directory (or
+    ``kafka``'s topic), tables and checkpoint; initial rebalance delay 0. ``fresh``: ``out``
+    emptied first; else the query starts again on its checkpoint."""
     from controlplane.core.config import parse_settings
     from controlplane.engine.options import (
         AnswersOrder,
@@ -233,8 +237,9 @@ def start_query(
     )
     from controlplane.engine.queries import build_coordinator_query, register_progress_listener
 
-    shutil.rmtree(out, ignore_errors=True)
-    (out / "landing").mkdir(parents=True)
+    if fresh:
+        shutil.rmtree(out, ignore_errors=True)
+    (out / "landing").mkdir(parents=True, exist_ok=True)
     options = EngineOptions(
         trigger_interval_ms=trigger_ms,
         keying=Keying(keying),
@@ -357,6 +362,19 @@ def removed_by_timeout(group_ids: list[str]) -> Any:
     return removed & pc.field("group_id").isin(group_ids)
 
 
+def _reason(reason: str) -> Any:
+    import pyarrow.compute as pc
+
+    return pc.field("reason") == reason
+
+
+def removed_except(group_ids: list[str]) -> Any:
+    """Member removals of groups other than these (the fleet's heartbeating groups)."""
+    import pyarrow.compute as pc
+
+    return (pc.field("kind") == "member_removed") & ~pc.field("group_id").isin(group_ids)
+
+
 def read(path: Path, where: Any = None) -> list[dict[str, Any]]:
     """Rows of a Delta table (matching ``where``, as ``count`` takes it)."""
     from deltalake import DeltaTable
@@ -398,6 +416,61 @@ class SinkTimings(logging.Handler):
         logger.propagate = self._saved[1]
 
 
+@dataclass(frozen=True)
+class Stop:
+    """``--stop-at``/``--stop-for``: the query stopped ``at_s`` seconds into the drops and
+    started again on its checkpoint ``for_s`` seconds later, the drops going on meanwhile."""
+
+    at_s: int
+    for_s: int
+
+
+class Restart:
+    """The query of a run with a ``Stop``: stopped (in a thread, so the drops keep their
+    schedule) and started again at the times the stop gives."""
+
+    def __init__(self, stop: Stop, begin: Any) -> None:
+        self.stop, self.begin = stop, begin
+        self.query, self.listener = begin(True)
+        self.stopping: threading.Thread | None = None
+        self.restarted_at_s: float | None = None
+
+    def at(self, offset_s: float, spark: Any) -> None:
+        """What the stop asks for before the drop at ``offset_s``."""
+        if self.stopping is None and offset_s >= self.stop.at_s:
+            self.stopping = threading.Thread(target=self.query.stop)
+            self.stopping.start()
+            return
+        back = self.restarted_at_s is None and offset_s >= self.stop.at_s + self.stop.for_s
+        if self.stopping is not None and back:
+            self.stopping.join()
+            spark.streams.removeListener(self.listener)
+            self.query, self.listener = self.begin(False)
+            self.restarted_at_s = time.time()
+
+
+def catch_up(progress: list[Any], restarted_at_s: float) -> str:
+    """The batches after the restart that read the source's cap with records left (Spark's
+    ``maxOffsetsBehindLatest``), and when the first that left none began."""
+    from controlplane.engine.progress import records_left_unread
+
+    capped = [p for p in progress if records_left_unread(p) > 0]
+    caught = next((p for p in progress if p["numInputRows"] and not records_left_unread(p)), None)
+    durations = ", ".join(
+        f"{p['durationMs'].get('triggerExecution', 0) / 1000:.1f}" for p in capped
+    )
+    rows = ", ".join(str(p["numInputRows"]) for p in capped)
+    when = (
+        "not caught up"
+        if caught is None
+        else f"caught up at {_iso_ms(caught['timestamp']) / 1000 - restarted_at_s:.1f} s"
+    )
+    return (
+        f"catch-up: {len(capped)} capped batches after the restart ({rows} records; "
+        f"{durations} s), {when} after the restart"
+    )
+
+
 def run_engine(
     spark: Any,
     slots: list[list[dict[str, Any]]],
@@ -409,9 +482,18 @@ def run_engine(
     kafka: KafkaInput | None = None,
     warm_events: int = 1,
     answers_order: str = "after_delta",
+    stop: Stop | None = None,
 ) -> dict[str, Any]:
     landing, tables = out / "landing", out / "tables"
-    query, listener = start_query(spark, out, 500, keying, shards, writer, kafka, answers_order)
+
+    def begin(fresh: bool) -> tuple[Any, Any]:
+        return start_query(spark, out, 500, keying, shards, writer, kafka, answers_order, fresh)
+
+    restart = None
+    if stop is not None:  # the catch-up's batches kept past Spark's default of 100
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "2000")
+        restart = Restart(stop, begin)
+    query, listener = (restart.query, restart.listener) if restart is not None else begin(True)
 
     def drop(lines: list[str], now_ms: int, name: str) -> None:
         if kafka is None:
@@ -432,6 +514,9 @@ def run_engine(
         meter = CpuMeter.start(spark, None if kafka is None else {"broker": kafka.broker.pid})
         for offset_s, lines, name in drop_schedule(texts, drops_per_second):
             time.sleep(max(0.0, first_drop + offset_s - time.time()))
+            if restart is not None:
+                restart.at(offset_s, spark)
+                query, listener = restart.query, restart.listener
             drop(lines, int(time.time() * 1000), name)
         _wait(lambda: count(tables / "decisions") >= expected + warm_events, 1800)
         cores = meter.stop() if meter is not None else None  # the last answer is in
@@ -439,7 +524,10 @@ def run_engine(
         # how many of those a run counts would depend on when this wait ends
         _wait(lambda: count(tables / "group_events", removed) >= len(quiet), 600)
     finally:
-        loaded_progress = [p for p in query.recentProgress if p["numInputRows"]]
+        if restart is not None and restart.stopping is not None:
+            restart.stopping.join()  # a run that ended while its query was stopping
+        all_progress = list(query.recentProgress)
+        loaded_progress = [p for p in all_progress if p["numInputRows"]]
         add_batch_ms = [p["durationMs"].get("addBatch", 0) for p in loaded_progress]
         phases = [_phases(p, sink.by_batch.get(p["batchId"])) for p in loaded_progress]
         per_file = expected / (len(slots) * drops_per_second)
@@ -451,6 +539,13 @@ def run_engine(
         sink.detach()
     decisions = [r for r in read(tables / "decisions") if not is_warm(r["group_id"])]
     removals = read(tables / "group_events", removed)
+    stopped = None
+    if restart is not None and restart.restarted_at_s is not None:
+        stopped = {
+            "catch_up": catch_up(all_progress, restart.restarted_at_s),
+            "failover_resets": count(tables / "group_events", _reason("coordinator_failover")),
+            "heartbeating_removed": count(tables / "group_events", removed_except(quiet)),
+        }
     last_commit = max(r["processed_at_ms"] for r in decisions) / 1000
     errors: dict[str, int] = defaultdict(int)
     for r in decisions:
@@ -486,6 +581,7 @@ def run_engine(
         "removals_at": [(r["at_ms"], r["processed_at_ms"]) for r in removals],
         "first_drop_ms": int(first_drop * 1000),
         "topic_answers": None if kafka is None or kafka.answers_topic is None else kafka.answers(),
+        "stopped": stopped,
     }
 
 
@@ -836,6 +932,16 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--kafka-option takes NAME=VALUE")
     if args.kafka_max_records < 1 or args.kafka_partitions < 1:
         parser.error("--kafka-max-records and --kafka-partitions must be at least 1")
+    if (args.stop_at > 0) != (args.stop_for > 0) or min(args.stop_at, args.stop_for) < 0:
+        parser.error("--stop-at and --stop-for go together, each a positive number of seconds")
+    if (
+        args.stop_at
+        and not MIN_SECONDS < args.stop_at < args.stop_at + args.stop_for < args.seconds
+    ):
+        parser.error(
+            f"--stop-at must be after the joins (> {MIN_SECONDS} s), and the restart"
+            " (--stop-at + --stop-for) before the last drop (--seconds)"
+        )
     if args.answers_partitions < 0 or (args.answers_partitions and args.source != "kafka"):
         parser.error("--answers-partitions is a number of partitions, with --source kafka only")
     try:
@@ -910,6 +1016,15 @@ def main() -> int:
         type=int,
         default=1,
         help="describe requests answered before the clock starts (1: the query's first pass)",
+    )
+    parser.add_argument(
+        "--stop-at",
+        type=int,
+        default=0,
+        help="stop the query S seconds into the drops (0: never), the drops going on",
+    )
+    parser.add_argument(
+        "--stop-for", type=int, default=0, help="with --stop-at: start it again S seconds later"
     )
     parser.add_argument("--master", default="local[2]", help="e.g. local[1] against local[2]")
     parser.add_argument(
@@ -999,10 +1114,20 @@ def loaded_runs(spark: Any, args: argparse.Namespace, broker: Any) -> None:
                     kafka,
                     args.warm_events,
                     args.answers_order,
+                    Stop(args.stop_at, args.stop_for) if args.stop_at else None,
                 )
                 print(line(groups, keying, writer, offered, core, figures), flush=True)
                 if figures["cores"] is not None:
                     print(f"  {describe(figures['cores'])}", flush=True)
+                stopped = figures["stopped"]
+                if stopped is not None:
+                    print(
+                        f"  stopped at {args.stop_at} s for {args.stop_for} s;"
+                        f" {stopped['catch_up']}; coordinator_failover resets"
+                        f" {stopped['failover_resets']}; members removed from heartbeating"
+                        f" groups {stopped['heartbeating_removed']}",
+                        flush=True,
+                    )
                 if args.phases:
                     for phase in figures["phases"] + figures["steady"]:
                         print(f"  {phase}", flush=True)

@@ -264,3 +264,105 @@ def test_the_warm_up_is_describe_requests_for_groups_outside_the_workload() -> N
     assert not [g for g in workload_groups if engine_bench.is_warm(g)]
     # spread over the shards, so that every state partition's worker takes part
     assert len({spark_key_of(g, Keying.SHARD, 64) for g in groups}) == 64
+
+
+class FakeQuery:
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def stop(self) -> None:
+        self.log.append(f"stop {self.name}")
+
+
+class FakeStreams:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def removeListener(self, listener: str) -> None:
+        self.log.append(f"remove {listener}")
+
+
+def test_a_stop_stops_the_query_once_and_starts_it_again_on_its_checkpoint_once() -> None:
+    log: list[str] = []
+    started: list[bool] = []
+
+    def begin(fresh: bool) -> tuple[FakeQuery, str]:
+        started.append(fresh)
+        return FakeQuery(f"q{len(started)}", log), f"listener{len(started)}"
+
+    spark = type("Spark", (), {"streams": FakeStreams(log)})()
+    restart = engine_bench.Restart(engine_bench.Stop(at_s=10, for_s=5), begin)
+    for offset_s in (0.0, 9.0, 10.0, 12.0, 14.0):
+        restart.at(offset_s, spark)
+    assert restart.stopping is not None
+    restart.stopping.join()
+    assert (started, log, restart.restarted_at_s) == ([True], ["stop q1"], None)
+    for offset_s in (15.0, 16.0, 30.0):
+        restart.at(offset_s, spark)
+    assert started == [True, False]  # the second start keeps the checkpoint
+    assert log == ["stop q1", "remove listener1"]
+    assert restart.query.name == "q2"
+    assert restart.listener == "listener2"
+    assert restart.restarted_at_s is not None
+
+
+class Progress(dict[str, Any]):
+    """A query's progress as pyspark gives it: read by key, and ``sources`` by attribute."""
+
+    @property
+    def sources(self) -> list[Any]:
+        return list(self["sources"])
+
+
+def read_progress(rows: int, behind: int | None, at: str, seconds: float) -> Progress:
+    metrics = {} if behind is None else {"maxOffsetsBehindLatest": str(behind)}
+    return Progress(
+        numInputRows=rows,
+        timestamp=at,
+        durationMs={"triggerExecution": int(seconds * 1000)},
+        sources=[type("Source", (), {"metrics": metrics})()],
+    )
+
+
+def test_the_catch_up_line_counts_the_capped_batches_and_when_none_was_left() -> None:
+    restarted = engine_bench._iso_ms("2026-11-29T10:00:00.000Z") / 1000
+    batches = [
+        read_progress(50_000, 90_000, "2026-11-29T10:00:02.000Z", 6.5),
+        read_progress(50_000, 20_000, "2026-11-29T10:00:08.500Z", 5.0),
+        read_progress(0, None, "2026-11-29T10:00:13.500Z", 0.2),
+        read_progress(31_000, 0, "2026-11-29T10:00:13.700Z", 3.0),
+    ]
+    assert engine_bench.catch_up(batches, restarted) == (
+        "catch-up: 2 capped batches after the restart (50000, 50000 records; 6.5, 5.0 s),"
+        " caught up at 13.7 s after the restart"
+    )
+    assert engine_bench.catch_up(batches[:2], restarted).endswith("not caught up after the restart")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--stop-at", "10"], "go together"),
+        (["--stop-for", "10"], "go together"),
+        (["--stop-at", "3", "--stop-for", "5"], "after the joins"),
+        (["--stop-at", "10", "--stop-for", "10", "--seconds", "20"], "before the last drop"),
+    ],
+)
+def test_a_stop_the_run_cannot_hold_is_refused(arguments: list[str], message: str) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    for name, default in [("--seconds", 30), ("--stop-at", 0), ("--stop-for", 0)]:
+        parser.add_argument(name, type=int, default=default)
+    for name in ("--windows", "--warm-events", "--drops-per-second", "--idle"):
+        parser.add_argument(name, type=int, default=1 if name != "--idle" else 0)
+    parser.add_argument("--kafka-option", action="append", default=[])
+    parser.add_argument("--kafka-max-records", type=int, default=1)
+    parser.add_argument("--kafka-partitions", type=int, default=1)
+    parser.add_argument("--answers-partitions", type=int, default=0)
+    parser.add_argument("--source", default="kafka")
+    args = parser.parse_args(arguments)
+    with pytest.raises(SystemExit):
+        engine_bench.check_args(parser, args)
+    args = parser.parse_args(["--stop-at", "10", "--stop-for", "9", "--seconds", "20"])
+    engine_bench.check_args(parser, args)  # the restart one second before the last drop
