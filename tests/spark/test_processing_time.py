@@ -236,11 +236,11 @@ def test_a_backlog_read_in_capped_batches_keeps_a_member_that_heartbeat_through_
     spark: Any, tmp_path: Path
 ) -> None:
     """The member heartbeats every 2 s while the job is down; back, the job reads the waiting
-    files one a batch (``max_files_per_trigger`` 1, the source's cap). Each batch's file is
-    older than the failover gap, so the batch ticks to its arrival, not past the files still
-    waiting: every heartbeat is answered. A tick at the batch time would have found the
-    session over after the first file (adapter.backlog_tick)."""
-    base = options_for(tmp_path, failover_gap_ms=3_000)
+    files one a batch (``max_files_per_trigger`` 1, the source's cap). Each batch ticks to the
+    arrival of the file it read, not past the files still waiting: every heartbeat is answered.
+    A tick at the batch time would have found the 6-s session over after the first file
+    (adapter.processing_tick)."""
+    base = options_for(tmp_path)
     source = replace(base.coordinator_source, max_files_per_trigger=1)
     options = replace(base, coordinator_source=source)
     tables, landing = Path(options.tables_root), tmp_path / "landing"

@@ -2,9 +2,10 @@
 
 A *runner* owns the state of one Spark key: one group, one coordinator shard holding many
 groups, one quota key, or one quota shard. The shell hands it the key's encoded state, the
-key's events in source order with the time each is handled at, and the tick (batch time or
-watermark, or None); it returns the new encoded state (None: forget the key), the output rows
-per table in order, and the key's next deadline (None: no timer). Runners are pure.
+key's events in source order with the time each is handled at, and the tick (in processing
+time the latest arrival read, or the batch time; the watermark; or None); it returns the new
+encoded state (None: forget the key), the output rows per table in order, and the key's next
+deadline (None: no timer). Runners are pure.
 """
 
 from __future__ import annotations

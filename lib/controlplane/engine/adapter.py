@@ -6,10 +6,10 @@ Per call (one Spark key, one micro-batch):
 1. decode the key's state (envelope version, next deadline, the core's bytes);
 2. order the key's rows by source position (file time, file, line; Kafka partition offset);
 3. parse each row; a text that is not a JSON object becomes a ``rejected_events`` row;
-4. run the core with the tick (batch time, or the watermark in event-time mode; in processing
-   time, a call that reads a backlog ticks to its latest arrival: ``backlog_tick``). The core
-   fires every due timer first, so a key that gets data after its deadline (Spark does not flag
-   it as timed out) still fires its timers before the data;
+4. run the core with the tick: in processing time the latest arrival the call read, or the
+   batch time for a call that read nothing (``processing_tick``); the watermark in event time.
+   The core fires every due timer first, so a key that gets data after its deadline (Spark
+   does not flag it as timed out) still fires its timers before the data;
 5. end the call with ``remove()``, or ``update()`` plus the one Spark timeout set to the
    earliest timer (``setTimeoutDuration`` / ``setTimeoutTimestamp``), or ``update()`` alone
    (which clears the timeout) when the key has no timer.
@@ -149,24 +149,22 @@ def parse_row(row: InputRow, mode: TimeMode, batch_time_ms: int) -> TimedEvent |
     return make_timed_event(event=event, time_ms=time_ms, line=line)
 
 
-def backlog_tick(
-    batch_time_ms: int, events: Sequence[TimedEvent], backlog_age_ms: int | None
-) -> int:
-    """A processing-time call's tick: the batch time, unless the call reads a backlog, a record
-    that arrived more than ``backlog_age_ms`` (engine.failover_gap_ms) before the batch, older
-    than a running engine's batches leave: the job was stopped, or its source's cap left records
-    unread. Then the source is read only up to about the call's latest arrival, and the records
-    after it still wait; a tick past them would expire the members whose next heartbeats are
-    among them. So such a call ticks to its latest arrival, and the backlog is handled at its
-    own arrival times, as a coordinator that was up would have handled it; the timers between
-    that and the batch time fire in a later batch, at their own deadlines. None: always the
-    batch time."""
-    if backlog_age_ms is None or not events:
-        return batch_time_ms
-    arrivals = [batch_time_ms if e.time_ms is None else e.time_ms for e in events]
-    if min(arrivals) >= batch_time_ms - backlog_age_ms:
-        return batch_time_ms
-    return min(max(arrivals), batch_time_ms)
+def processing_tick(batch_time_ms: int, events: Sequence[TimedEvent]) -> int:
+    """A processing-time call's tick: the latest arrival among the records it read, or the
+    batch time for a call that read none (a timed-out key).
+
+    A tick says that every request of the key up to it has been handled. The batch time says
+    so only when the batch read everything that had arrived, which a batch cannot know: a
+    source's cap (``max_records_per_trigger``, ``max_files_per_trigger``) leaves the newest
+    records waiting after a stop or a long batch, and a tick past them would expire the members
+    whose next heartbeats are among them (and refuse those heartbeats with UNKNOWN_MEMBER_ID
+    when they are read). The latest arrival read is as far as the call knows its input; a
+    backlog is then handled at its own arrival times, as a coordinator that was up would have
+    handled it. The timers due between that arrival and the batch time fire in a later batch,
+    at their own deadlines (the key's Spark timeout is set from the batch time, so an overdue
+    timer wakes the key at the next batch)."""
+    arrivals = [e.time_ms for e in events if e.time_ms is not None]
+    return min(max(arrivals), batch_time_ms) if arrivals else batch_time_ms
 
 
 def _has_duplicate_group_id(raw: str) -> bool:
@@ -265,9 +263,7 @@ class StateFunction:
     """Picklable callable for ``applyInPandasWithState``; ``runner_factory`` runs in workers.
     ``state_format`` is the one of the state schema the query is started with (a new
     checkpoint's by default); a state of either format is read. With ``answers`` (an answers
-    topic), a call also hands Spark its answers (engine.envelope). ``backlog_age_ms`` (processing
-    time): how old a call's oldest record must be for the call to read a backlog
-    (``backlog_tick``); None: every call ticks to the batch time."""
+    topic), a call also hands Spark its answers (engine.envelope)."""
 
     def __init__(
         self,
@@ -275,13 +271,11 @@ class StateFunction:
         mode: TimeMode,
         state_format: StateFormat = StateFormat.TEXT,
         answers: bool = False,
-        backlog_age_ms: int | None = None,
     ) -> None:
         self.runner_factory = runner_factory
         self.mode = mode
         self.state_format = state_format
         self.answers = answers
-        self.backlog_age_ms = backlog_age_ms
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
@@ -294,7 +288,7 @@ class StateFunction:
     def tick_ms(self, state: Any, events: Sequence[TimedEvent]) -> int:
         if self.mode is TimeMode.EVENT_TIME:
             return int(state.getCurrentWatermarkMs())
-        return backlog_tick(int(state.getCurrentProcessingTimeMs()), events, self.backlog_age_ms)
+        return processing_tick(int(state.getCurrentProcessingTimeMs()), events)
 
     def now_ms(self, state: Any) -> int:
         """What the key's timeout and its timers' lateness are measured from: the batch time

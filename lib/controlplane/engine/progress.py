@@ -155,10 +155,8 @@ class ProgressReport:
 
     With ``unread_warning`` (processing time), an interval in which a batch read its source's
     cap and left records unread (``unread_records``: a Kafka source's ``maxOffsetsBehindLatest``
-    when the batch was planned) is a WARNING too: those records wait at least a batch more, and a
-    heartbeat that waits past its member's session timeout finds the member expired, as a Kafka
-    coordinator whose request queue lags that far expires it (docs/engine.md, "The cap and the
-    members' sessions").
+    when the batch was planned) is a WARNING too: those records wait at least a batch more, and
+    so do their answers (docs/engine.md, "The cap and the members' sessions").
     """
 
     def __init__(

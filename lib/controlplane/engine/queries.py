@@ -324,13 +324,7 @@ def build_query(
             "reject_reason",
         )
     state_format = state_format_of(spark, options.checkpoint(name))
-    function = StateFunction(
-        runners,
-        options.mode,
-        state_format,
-        answers is not None,
-        backlog_age_ms=_backlog_age_ms(options),
-    )
+    function = StateFunction(runners, options.mode, state_format, answers is not None)
     state = _stateful(_with_time(keyed, options), function, options)
     log.info(
         "%s query: %s source %s%s, %s keying (%d shards), %s, checkpoint %s (state as %s)",
@@ -345,13 +339,6 @@ def build_query(
         state_format.value,
     )
     return _writer(state, name, tables, options, trigger_of(options, available_now), answers)
-
-
-def _backlog_age_ms(options: EngineOptions) -> int | None:
-    """In processing time, a call whose oldest record arrived more than the failover gap
-    before its batch reads a backlog and ticks to its latest arrival (adapter.backlog_tick):
-    the gap already bounds how late a running engine's batches may be."""
-    return options.failover_gap_ms if options.mode is TimeMode.PROCESSING_TIME else None
 
 
 def _cleaning(source: SourceOptions, archiver: Any) -> str:

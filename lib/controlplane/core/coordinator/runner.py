@@ -8,7 +8,7 @@ machine (``machine``) under the clock rules of docs/reference/events.md §6:
   ``now = max(group clock, event time)``; before it, the group's due timers fire (each at its
   own deadline, by ``machine.fire_due``);
 * a ``tick`` with ``group_id`` ticks that group, without one every group (in group id order);
-  ``tick(now_ms)`` (the batch time or watermark) does the same at the end of a batch;
+  ``tick(now_ms)`` (the engine's tick, or the watermark) does the same at the end of a batch;
 * failover (``failover_gap_ms``): the first time a batch touches a group whose earliest timer
   is overdue by more than the gap (the engine was stopped or far behind when it should have
   fired), its members' sessions are reset (``machine.reset_sessions``) at that time, before
@@ -259,7 +259,7 @@ class CoordinatorShard:
         self._request(group_id, parsed, time_ms, rows)
 
     def tick(self, now_ms: int) -> Rows:
-        """Advance every group to ``now_ms`` (batch time or watermark), firing due timers."""
+        """Advance every group to ``now_ms`` (the engine's tick), firing due timers."""
         rows: Rows = {DECISIONS: [], GROUP_EVENTS: []}
         self.tick_into(now_ms, rows)
         return rows

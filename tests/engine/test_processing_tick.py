@@ -1,10 +1,11 @@
-"""A processing-time call that reads a backlog ticks to its latest arrival, not the batch time
-(engine.adapter.backlog_tick): after a stop, a source's capped batches read the waiting records
-a slice at a time, and a tick past the slice would expire the members whose next heartbeats
-are in the slices still unread."""
+"""A processing-time call ticks to the latest arrival it read, not the batch time
+(engine.adapter.processing_tick): after a stop or a long batch, a source's capped batches read
+the waiting records a slice at a time, and a tick past the slice would expire the members whose
+next heartbeats are in the slices still unread."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -14,11 +15,11 @@ import pytest
 from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator.runner import CoordinatorRunner
 from controlplane.core.runtime import TimedEvent
-from controlplane.engine.adapter import METRICS_TABLE, StateFunction, backlog_tick
+from controlplane.engine.adapter import METRICS_TABLE, StateFunction, processing_tick
 from controlplane.engine.options import TimeMode
 from engine.fakes import CountingRunner, FakeGroupState
 
-GAP_MS = 30_000
+GAP_MS = 30_000  # the failover gap
 SESSION_MS = 10_000
 CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=1_000)
 
@@ -28,23 +29,21 @@ def arrivals(*times: int | None) -> list[TimedEvent]:
 
 
 @pytest.mark.parametrize(
-    ("batch_time_ms", "times", "gap_ms", "tick_ms"),
+    ("batch_time_ms", "times", "tick_ms"),
     [
-        (100_000, (), GAP_MS, 100_000),  # a timed-out call: nothing read, the batch time
-        (100_000, (90_000, 99_000), GAP_MS, 100_000),  # fresh records
-        (100_000, (70_000, 80_000), GAP_MS, 100_000),  # the oldest exactly the gap old
-        (100_000, (69_999, 80_000), GAP_MS, 80_000),  # one ms older: a backlog
-        (100_000, (80_000, 10_000, 40_000), GAP_MS, 80_000),  # the latest, in any order
-        (100_000, (10_000, None), GAP_MS, 100_000),  # no arrival: read at the batch time
-        (100_000, (10_000, 20_000), None, 100_000),  # no backlog age: always the batch
-        (100_000, (10_000, 20_000), 0, 20_000),
-        (100_000, (100_000,), 0, 100_000),
+        (100_000, (), 100_000),  # a timed-out call: nothing read, the batch time
+        (100_000, (90_000, 99_000), 99_000),  # the latest arrival
+        (100_000, (80_000, 10_000, 40_000), 80_000),  # in any order
+        (100_000, (100_000,), 100_000),
+        (100_000, (10_000, None), 10_000),  # an event without a time does not count
+        (100_000, (None,), 100_000),
+        (100_000, (120_000,), 100_000),  # never past the batch (parse_row clamps it already)
     ],
 )
 def test_the_tick_of_a_call(
-    batch_time_ms: int, times: tuple[int | None, ...], gap_ms: int | None, tick_ms: int
+    batch_time_ms: int, times: tuple[int | None, ...], tick_ms: int
 ) -> None:
-    assert backlog_tick(batch_time_ms, arrivals(*times), gap_ms) == tick_ms
+    assert processing_tick(batch_time_ms, arrivals(*times)) == tick_ms
 
 
 def frame(*rows: dict[str, Any]) -> pd.DataFrame:
@@ -65,7 +64,7 @@ def out_tables(envelopes: list[tuple[str, str]]) -> dict[str, list[dict[str, Any
 
 
 def test_a_backlog_call_fires_the_timers_up_to_its_latest_arrival_and_wakes_next_batch() -> None:
-    function = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME, backlog_age_ms=GAP_MS)
+    function = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME)
     first = FakeGroupState(batch_time_ms=1_000)
     function.call(iter([frame(counted("a", 1_000, 5_000))]), first)  # a timer at 6 s
     # the job was down; the next batch reads records of 10 s and 20 s: the timer at 6 s fires
@@ -132,31 +131,30 @@ def stable_member(function: StateFunction) -> tuple[str, FakeGroupState]:
     return member, state
 
 
-def catch_up(backlog_age_ms: int | None) -> dict[str, list[dict[str, Any]]]:
-    """The job stops at 1.5 s; the member heartbeats every 3 s from 4 s to 73 s; the job is back
-    at 65 s, and its source's cap lets the batches at 65, 70 and 75 s read the waiting
-    heartbeats in three slices. The rows of the three batches, by table."""
-    function = StateFunction(
-        lambda: CoordinatorRunner(CONFIG, failover_gap_ms=GAP_MS),
-        TimeMode.PROCESSING_TIME,
-        backlog_age_ms=backlog_age_ms,
-    )
-    member, state = stable_member(function)
+SLICES = (65_000, 70_000, 75_000)  # the batches after the restart, each reading a slice
+
+
+def catch_up_slices(member: str) -> dict[int, list[dict[str, Any]]]:
+    """The member heartbeats every 3 s from 4 s to 73 s while the job is down (from 1.5 s to
+    65 s); the source's cap lets the batches at 65, 70 and 75 s read the waiting heartbeats in
+    three slices, to 22, 43 and 73 s."""
     beats = [
         request_row(event_line("heartbeat", f"h{t}", member_id=member, generation_id=1), t)
         for t in range(4_000, 74_000, 3_000)
     ]
-    slices = {65_000: beats[:7], 70_000: beats[7:14], 75_000: beats[14:]}  # to 22, 43, 73 s
-    out: dict[str, list[dict[str, Any]]] = {}
-    for batch_time_ms, rows in slices.items():
-        state = state.next_call(batch_time_ms)
-        for table, table_rows in call(function, state, *rows).items():
-            out.setdefault(table, []).extend(table_rows)
-    return out
+    return dict(zip(SLICES, (beats[:7], beats[7:14], beats[14:]), strict=True))
 
 
 def test_a_member_heartbeating_through_a_stop_survives_the_capped_catch_up() -> None:
-    out = catch_up(GAP_MS)
+    function = StateFunction(
+        lambda: CoordinatorRunner(CONFIG, failover_gap_ms=GAP_MS), TimeMode.PROCESSING_TIME
+    )
+    member, state = stable_member(function)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for batch_time_ms, rows in catch_up_slices(member).items():
+        state = state.next_call(batch_time_ms)
+        for table, table_rows in call(function, state, *rows).items():
+            out.setdefault(table, []).extend(table_rows)
     assert [d["error"] for d in out["decisions"]] == ["NONE"] * 24
     assert [d["decided_at_ms"] for d in out["decisions"]] == list(range(4_000, 74_000, 3_000))
     assert [e for e in out.get("group_events", []) if e["kind"] == "member_removed"] == []
@@ -164,9 +162,22 @@ def test_a_member_heartbeating_through_a_stop_survives_the_capped_catch_up() -> 
 
 
 def test_ticking_each_slice_to_its_batch_time_would_expire_the_member() -> None:
-    """The contrast: the first slice reads heartbeats to 22 s and its tick at 65 s finds the
-    session (to 32 s) over; the member is gone, and its later heartbeats are refused."""
-    out = catch_up(None)
-    removed = [e for e in out["group_events"] if e["kind"] == "member_removed"]
-    assert [(e["reason"], e["at_ms"]) for e in removed] == [("session_timeout", 32_000)]
-    assert [d["error"] for d in out["decisions"]] == ["NONE"] * 7 + ["UNKNOWN_MEMBER_ID"] * 17
+    """The contrast, on the runner: the first slice reads heartbeats to 22 s, and a tick at its
+    batch time (65 s) finds the session (to 32 s) over; the member is gone, and its later
+    heartbeats are refused."""
+    runner = CoordinatorRunner(CONFIG, failover_gap_ms=GAP_MS)
+    member, state = stable_member(StateFunction(lambda: runner, TimeMode.PROCESSING_TIME))
+    blob = base64.b64decode(state.value[2]) if state.value is not None else None
+    decisions, removed = [], []
+    for batch_time_ms, rows in catch_up_slices(member).items():
+        events = [TimedEvent(json.loads(r["raw"]), r["arrival_time_ms"]) for r in rows]
+        result = runner.run(blob, events, batch_time_ms)
+        blob = result.state
+        decisions += [d["error"] for d in result.outputs["decisions"]]
+        removed += [
+            (e["reason"], e["at_ms"])
+            for e in result.outputs["group_events"]
+            if e["kind"] == "member_removed"
+        ]
+    assert removed == [("session_timeout", 32_000)]
+    assert decisions == ["NONE"] * 7 + ["UNKNOWN_MEMBER_ID"] * 17
