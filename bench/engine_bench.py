@@ -368,11 +368,13 @@ def _reason(reason: str) -> Any:
     return pc.field("reason") == reason
 
 
-def removed_except(group_ids: list[str]) -> Any:
-    """Member removals of groups other than these (the fleet's heartbeating groups)."""
+def removed_except(group_ids: list[str], before_ms: int) -> Any:
+    """Member removals of groups other than these (the fleet's heartbeating groups) before
+    ``before_ms`` (the last drop: after it every session runs out)."""
     import pyarrow.compute as pc
 
-    return (pc.field("kind") == "member_removed") & ~pc.field("group_id").isin(group_ids)
+    removed = (pc.field("kind") == "member_removed") & (pc.field("at_ms") < before_ms)
+    return removed & ~pc.field("group_id").isin(group_ids)
 
 
 def read(path: Path, where: Any = None) -> list[dict[str, Any]]:
@@ -455,7 +457,10 @@ def catch_up(progress: list[Any], restarted_at_s: float) -> str:
     from controlplane.engine.progress import records_left_unread
 
     capped = [p for p in progress if records_left_unread(p) > 0]
-    caught = next((p for p in progress if p["numInputRows"] and not records_left_unread(p)), None)
+    # the first batch that read records and left none, after the last capped one (a batch
+    # planned before the stop runs again first, with no such metric)
+    after = progress[progress.index(capped[-1]) + 1 :] if capped else progress
+    caught = next((p for p in after if p["numInputRows"] and not records_left_unread(p)), None)
     durations = ", ".join(
         f"{p['durationMs'].get('triggerExecution', 0) / 1000:.1f}" for p in capped
     )
@@ -512,12 +517,14 @@ def run_engine(
         _wait(lambda: count(tables / "decisions") >= warm_events, 600)
         first_drop = time.time()
         meter = CpuMeter.start(spark, None if kafka is None else {"broker": kafka.broker.pid})
+        last_drop_ms = 0
         for offset_s, lines, name in drop_schedule(texts, drops_per_second):
             time.sleep(max(0.0, first_drop + offset_s - time.time()))
             if restart is not None:
                 restart.at(offset_s, spark)
                 query, listener = restart.query, restart.listener
-            drop(lines, int(time.time() * 1000), name)
+            last_drop_ms = int(time.time() * 1000)
+            drop(lines, last_drop_ms, name)
         _wait(lambda: count(tables / "decisions") >= expected + warm_events, 1800)
         cores = meter.stop() if meter is not None else None  # the last answer is in
         # the silent groups' removals: the others' sessions expire after the last drop, and
@@ -544,7 +551,9 @@ def run_engine(
         stopped = {
             "catch_up": catch_up(all_progress, restart.restarted_at_s),
             "failover_resets": count(tables / "group_events", _reason("coordinator_failover")),
-            "heartbeating_removed": count(tables / "group_events", removed_except(quiet)),
+            "heartbeating_removed": count(
+                tables / "group_events", removed_except(quiet, last_drop_ms)
+            ),
         }
     last_commit = max(r["processed_at_ms"] for r in decisions) / 1000
     errors: dict[str, int] = defaultdict(int)
@@ -1125,7 +1134,7 @@ def loaded_runs(spark: Any, args: argparse.Namespace, broker: Any) -> None:
                         f"  stopped at {args.stop_at} s for {args.stop_for} s;"
                         f" {stopped['catch_up']}; coordinator_failover resets"
                         f" {stopped['failover_resets']}; members removed from heartbeating"
-                        f" groups {stopped['heartbeating_removed']}",
+                        f" groups before the last drop {stopped['heartbeating_removed']}",
                         flush=True,
                     )
                 if args.phases:

@@ -337,6 +337,10 @@ def test_the_catch_up_line_counts_the_capped_batches_and_when_none_was_left() ->
         " caught up at 13.7 s after the restart"
     )
     assert engine_bench.catch_up(batches[:2], restarted).endswith("not caught up after the restart")
+    replayed = read_progress(20_000, None, "2026-11-29T10:00:01.000Z", 1.0)  # planned before
+    assert engine_bench.catch_up([replayed, *batches], restarted) == engine_bench.catch_up(
+        batches, restarted
+    )
 
 
 @pytest.mark.parametrize(
