@@ -88,6 +88,7 @@ from cpu_meter import CpuMeter, describe  # noqa: E402  (bench/, beside this scr
 
 SESSION_MS = 6000
 MIN_SECONDS = 4  # the joins take the first three seconds, the last syncs the fourth
+PROGRESS_KEPT = "spark.sql.streaming.numRecentProgressUpdates"
 PROTOCOLS = [{"name": "range", "metadata": "AAEAAAABAAZvcmRlcnM="}]
 
 
@@ -429,38 +430,61 @@ class Stop:
 
 class Restart:
     """The query of a run with a ``Stop``: stopped (in a thread, so the drops keep their
-    schedule) and started again at the times the stop gives."""
+    schedule) and started again at the times the stop gives. ``before``: the stopped query's
+    progress."""
 
     def __init__(self, stop: Stop, begin: Any) -> None:
         self.stop, self.begin = stop, begin
         self.query, self.listener = begin(True)
         self.stopping: threading.Thread | None = None
+        self.failure: BaseException | None = None
         self.restarted_at_s: float | None = None
+        self.before: list[Any] = []
 
     def at(self, offset_s: float, spark: Any) -> None:
         """What the stop asks for before the drop at ``offset_s``."""
         if self.stopping is None and offset_s >= self.stop.at_s:
-            self.stopping = threading.Thread(target=self.query.stop)
+            self.stopping = threading.Thread(target=self._stop_query)
             self.stopping.start()
             return
         back = self.restarted_at_s is None and offset_s >= self.stop.at_s + self.stop.for_s
         if self.stopping is not None and back:
-            self.stopping.join()
+            self.join()
+            self.before = list(self.query.recentProgress)
             spark.streams.removeListener(self.listener)
-            self.query, self.listener = self.begin(False)
             self.restarted_at_s = time.time()
+            self.query, self.listener = self.begin(False)
+
+    def join(self) -> None:
+        """Wait for the stop; raise what it raised (the query must not start twice)."""
+        if self.stopping is not None:
+            self.stopping.join()
+        if self.failure is not None:
+            raise RuntimeError("the query did not stop") from self.failure
+
+    def _stop_query(self) -> None:
+        try:
+            self.query.stop()
+        except BaseException as exc:  # handed to the drop loop's thread by join()
+            self.failure = exc
+
+
+def _behind(progress: Any) -> int | None:
+    """Spark's ``maxOffsetsBehindLatest`` of the batch's Kafka source; None when it has none (a
+    batch planned before a stop and run again after it reports none)."""
+    for source in getattr(progress, "sources", None) or ():
+        value = (getattr(source, "metrics", None) or {}).get("maxOffsetsBehindLatest")
+        if value is not None:
+            return int(float(value))
+    return None
 
 
 def catch_up(progress: list[Any], restarted_at_s: float) -> str:
     """The batches after the restart that read the source's cap with records left (Spark's
     ``maxOffsetsBehindLatest``), and when the first that left none began."""
-    from controlplane.engine.progress import records_left_unread
-
-    capped = [p for p in progress if records_left_unread(p) > 0]
-    # the first batch that read records and left none, after the last capped one (a batch
-    # planned before the stop runs again first, with no such metric)
+    capped = [p for p in progress if (_behind(p) or 0) > 0]
     after = progress[progress.index(capped[-1]) + 1 :] if capped else progress
-    caught = next((p for p in after if p["numInputRows"] and not records_left_unread(p)), None)
+    caught = next((p for p in after if p["numInputRows"] and _behind(p) == 0), None)
     durations = ", ".join(
         f"{p['durationMs'].get('triggerExecution', 0) / 1000:.1f}" for p in capped
     )
@@ -495,8 +519,9 @@ def run_engine(
         return start_query(spark, out, 500, keying, shards, writer, kafka, answers_order, fresh)
 
     restart = None
+    kept = spark.conf.get(PROGRESS_KEPT)
     if stop is not None:  # the catch-up's batches kept past Spark's default of 100
-        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "2000")
+        spark.conf.set(PROGRESS_KEPT, "2000")
         restart = Restart(stop, begin)
     query, listener = (restart.query, restart.listener) if restart is not None else begin(True)
 
@@ -532,9 +557,10 @@ def run_engine(
         _wait(lambda: count(tables / "group_events", removed) >= len(quiet), 600)
     finally:
         if restart is not None and restart.stopping is not None:
-            restart.stopping.join()  # a run that ended while its query was stopping
-        all_progress = list(query.recentProgress)
-        loaded_progress = [p for p in all_progress if p["numInputRows"]]
+            restart.join()  # a run that ended while its query was stopping
+        after_restart = list(query.recentProgress)
+        before = restart.before if restart is not None else []
+        loaded_progress = [p for p in before + after_restart if p["numInputRows"]]
         add_batch_ms = [p["durationMs"].get("addBatch", 0) for p in loaded_progress]
         phases = [_phases(p, sink.by_batch.get(p["batchId"])) for p in loaded_progress]
         per_file = expected / (len(slots) * drops_per_second)
@@ -544,12 +570,13 @@ def run_engine(
         query.stop()
         spark.streams.removeListener(listener)
         sink.detach()
+        spark.conf.set(PROGRESS_KEPT, kept)
     decisions = [r for r in read(tables / "decisions") if not is_warm(r["group_id"])]
     removals = read(tables / "group_events", removed)
     stopped = None
     if restart is not None and restart.restarted_at_s is not None:
         stopped = {
-            "catch_up": catch_up(all_progress, restart.restarted_at_s),
+            "catch_up": catch_up(after_restart, restart.restarted_at_s),
             "failover_resets": count(tables / "group_events", _reason("coordinator_failover")),
             "heartbeating_removed": count(
                 tables / "group_events", removed_except(quiet, last_drop_ms)
@@ -943,6 +970,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--kafka-max-records and --kafka-partitions must be at least 1")
     if (args.stop_at > 0) != (args.stop_for > 0) or min(args.stop_at, args.stop_for) < 0:
         parser.error("--stop-at and --stop-for go together, each a positive number of seconds")
+    if args.stop_at and args.source != "kafka":
+        parser.error("--stop-at is for --source kafka (whose cap the catch-up is about)")
     if (
         args.stop_at
         and not MIN_SECONDS < args.stop_at < args.stop_at + args.stop_for < args.seconds

@@ -267,11 +267,14 @@ def test_the_warm_up_is_describe_requests_for_groups_outside_the_workload() -> N
 
 
 class FakeQuery:
-    def __init__(self, name: str, log: list[str]) -> None:
-        self.name, self.log = name, log
+    def __init__(self, name: str, log: list[str], fail: bool = False) -> None:
+        self.name, self.log, self.fail = name, log, fail
+        self.recentProgress = [{"batchId": 0, "query": name}]
 
     def stop(self) -> None:
         self.log.append(f"stop {self.name}")
+        if self.fail:
+            raise RuntimeError("stuck")
 
 
 class FakeStreams:
@@ -304,6 +307,23 @@ def test_a_stop_stops_the_query_once_and_starts_it_again_on_its_checkpoint_once(
     assert restart.query.name == "q2"
     assert restart.listener == "listener2"
     assert restart.restarted_at_s is not None
+    assert restart.before == [{"batchId": 0, "query": "q1"}]  # the stopped query's progress
+
+
+def test_a_query_that_fails_to_stop_is_not_started_again() -> None:
+    log: list[str] = []
+    started: list[bool] = []
+
+    def begin(fresh: bool) -> tuple[FakeQuery, str]:
+        started.append(fresh)
+        return FakeQuery("q", log, fail=True), "listener"
+
+    spark = type("Spark", (), {"streams": FakeStreams(log)})()
+    restart = engine_bench.Restart(engine_bench.Stop(at_s=10, for_s=5), begin)
+    restart.at(10.0, spark)
+    with pytest.raises(RuntimeError, match="did not stop"):
+        restart.at(15.0, spark)
+    assert started == [True]
 
 
 class Progress(dict[str, Any]):
@@ -337,6 +357,11 @@ def test_the_catch_up_line_counts_the_capped_batches_and_when_none_was_left() ->
         " caught up at 13.7 s after the restart"
     )
     assert engine_bench.catch_up(batches[:2], restarted).endswith("not caught up after the restart")
+    # no capped batch: the first that reports nothing left, not a batch without the metric
+    assert engine_bench.catch_up(batches[2:], restarted) == (
+        "catch-up: 0 capped batches after the restart ( records;  s), caught up at 13.7 s after"
+        " the restart"
+    )
     replayed = read_progress(20_000, None, "2026-11-29T10:00:01.000Z", 1.0)  # planned before
     assert engine_bench.catch_up([replayed, *batches], restarted) == engine_bench.catch_up(
         batches, restarted
@@ -350,9 +375,12 @@ def test_the_catch_up_line_counts_the_capped_batches_and_when_none_was_left() ->
         (["--stop-for", "10"], "go together"),
         (["--stop-at", "3", "--stop-for", "5"], "after the joins"),
         (["--stop-at", "10", "--stop-for", "10", "--seconds", "20"], "before the last drop"),
+        (["--stop-at", "10", "--stop-for", "5", "--source", "files"], "for --source kafka"),
     ],
 )
-def test_a_stop_the_run_cannot_hold_is_refused(arguments: list[str], message: str) -> None:
+def test_a_stop_the_run_cannot_hold_is_refused(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -368,5 +396,6 @@ def test_a_stop_the_run_cannot_hold_is_refused(arguments: list[str], message: st
     args = parser.parse_args(arguments)
     with pytest.raises(SystemExit):
         engine_bench.check_args(parser, args)
+    assert message in capsys.readouterr().err
     args = parser.parse_args(["--stop-at", "10", "--stop-for", "9", "--seconds", "20"])
     engine_bench.check_args(parser, args)  # the restart one second before the last drop

@@ -310,12 +310,13 @@ def test_without_failover_the_same_gap_expires_the_member() -> None:
 
 
 def test_a_long_batch_expires_no_member_whose_heartbeats_the_next_batch_reads() -> None:
-    """Batches as the engine runs them in processing time: each heartbeat at its arrival, then
-    a tick at the batch's time. After 15 s without a batch (longer than the 10-s session), a
-    batch that reads every heartbeat that arrived meanwhile keeps the member; one that reads
-    only those of the first 4 s (a source's cap leaving the rest unread) expires it at its
-    tick, and the heartbeats read later find it gone (docs/engine.md, "The cap and the
-    members' sessions")."""
+    """The runner given each heartbeat at its arrival, then a tick at the batch's time (as the
+    engine ran processing time before it ticked a call to its latest arrival). After 15 s
+    without a batch (longer than the 10-s session), a batch that reads every heartbeat that
+    arrived meanwhile keeps the member; one that reads only those of the first 4 s (a source's
+    cap leaving the rest unread) expires it at that tick, and the heartbeats read later find
+    it gone: why the engine's tick is the latest arrival read (docs/engine.md, "The tick of a
+    call that read records"; tests/engine/test_processing_tick.py)."""
     runner = CoordinatorRunner(CONFIG)
     shard = CoordinatorShard(CONFIG)
     member = stable_member(shard, "g", 0)

@@ -86,7 +86,7 @@ def test_arrival_time_is_clamped_to_the_batch_time() -> None:
     assert out["decisions"][0]["decided_at_ms"] == 1_000
 
 
-def test_timeout_is_the_earliest_deadline_relative_to_the_batch() -> None:
+def test_timeout_is_the_earliest_deadline_relative_to_the_tick() -> None:
     state = FakeGroupState(batch_time_ms=10_000)
     function().call(
         iter([frame({"raw": line("a", timeout_ms=3000), "arrival_time_ms": 9_000})]), state
@@ -94,7 +94,8 @@ def test_timeout_is_the_earliest_deadline_relative_to_the_batch() -> None:
     assert state.value is not None
     assert state.value[0] == STATE_VERSION
     assert state.value[1] == 12_000  # stored deadline
-    assert state.timeout_timestamp == 12_000  # batch 10_000 + duration 2_000
+    # the tick is the latest arrival, 9_000: batch 10_000 + duration 3_000
+    assert state.timeout_timestamp == 13_000
 
 
 @pytest.mark.parametrize("mode", [TimeMode.PROCESSING_TIME, TimeMode.EVENT_TIME])

@@ -24,10 +24,6 @@ SESSION_MS = 10_000
 CONFIG = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=1_000)
 
 
-def arrivals(*times: int | None) -> list[TimedEvent]:
-    return [TimedEvent({"event_id": f"e{n}"}, t) for n, t in enumerate(times)]
-
-
 @pytest.mark.parametrize(
     ("batch_time_ms", "times", "tick_ms"),
     [
@@ -35,7 +31,7 @@ def arrivals(*times: int | None) -> list[TimedEvent]:
         (100_000, (90_000, 99_000), 99_000),  # the latest arrival
         (100_000, (80_000, 10_000, 40_000), 80_000),  # in any order
         (100_000, (100_000,), 100_000),
-        (100_000, (10_000, None), 10_000),  # an event without a time does not count
+        (100_000, (10_000, None), 10_000),  # a record without an arrival does not count
         (100_000, (None,), 100_000),
         (100_000, (120_000,), 100_000),  # never past the batch (parse_row clamps it already)
     ],
@@ -43,7 +39,7 @@ def arrivals(*times: int | None) -> list[TimedEvent]:
 def test_the_tick_of_a_call(
     batch_time_ms: int, times: tuple[int | None, ...], tick_ms: int
 ) -> None:
-    assert processing_tick(batch_time_ms, arrivals(*times)) == tick_ms
+    assert processing_tick(batch_time_ms, times) == tick_ms
 
 
 def frame(*rows: dict[str, Any]) -> pd.DataFrame:
@@ -63,7 +59,9 @@ def out_tables(envelopes: list[tuple[str, str]]) -> dict[str, list[dict[str, Any
     return out
 
 
-def test_a_backlog_call_fires_the_timers_up_to_its_latest_arrival_and_wakes_next_batch() -> None:
+def test_a_backlog_call_fires_the_timers_up_to_its_latest_arrival_and_wakes_after_the_rest() -> (
+    None
+):
     function = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME)
     first = FakeGroupState(batch_time_ms=1_000)
     function.call(iter([frame(counted("a", 1_000, 5_000))]), first)  # a timer at 6 s
@@ -81,12 +79,31 @@ def test_a_backlog_call_fires_the_timers_up_to_its_latest_arrival_and_wakes_next
     ]
     assert later.value is not None
     assert later.value[1] == 21_000  # the timer still to fire
-    assert later.timeout_timestamp == 100_001  # overdue: Spark calls the key at the next batch
-    woken = later.next_call(101_000)
+    # Spark's timeout from the tick: the timer is 1 s ahead of the latest arrival, so the key
+    # wakes 1 s after this batch, by when the source has read the key's records to 21 s
+    assert later.timeout_timestamp == 101_000
+    woken = later.next_call(101_500)
     woken.hasTimedOut = True
     empty = frame(counted("x", 0, 0)).iloc[0:0]
     out = out_tables(function.call(iter([empty]), woken))
     assert [e["at_ms"] for e in out["group_events"]] == [21_000]
+
+
+def test_rejected_records_count_as_read() -> None:
+    """A call that read only records its source refused, or texts that are not JSON, read its
+    source up to them too: it ticks to their arrival, not to the batch time."""
+    function = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME)
+    first = FakeGroupState(batch_time_ms=1_000)
+    function.call(iter([frame(counted("a", 1_000, 49_000))]), first)  # a timer at 50 s
+    later = first.next_call(100_000)
+    rows = frame(
+        {"raw": "{not json", "arrival_time_ms": 30_000, "source": "t/0/7"},
+        {"raw": "x", "arrival_time_ms": 40_000, "source": "t/0/8", "reject_reason": "too big"},
+    )
+    out = out_tables(function.call(iter([rows]), later))
+    assert len(out["rejected_events"]) == 2
+    assert out[METRICS_TABLE][0]["timers_fired"] == 0
+    assert later.timeout_timestamp == 110_000
 
 
 def event_line(kind: str, event_id: str, **fields: Any) -> str:
@@ -181,3 +198,28 @@ def test_ticking_each_slice_to_its_batch_time_would_expire_the_member() -> None:
         ]
     assert removed == [("session_timeout", 32_000)]
     assert decisions == ["NONE"] * 7 + ["UNKNOWN_MEMBER_ID"] * 17
+
+
+def test_a_timer_of_another_group_between_the_latest_arrival_and_the_batch_time_waits() -> None:
+    """One shard, two groups: g's member (synced at 1.5 s, a 10-s session) is due at 11.5 s; the
+    batch at 20 s reads only a request for group h, which arrived at 10 s. Its tick is 10 s:
+    g's timer waits (the heartbeat that would keep the member may be among the records still
+    unread), and the key wakes when the time it is ahead of the tick has passed."""
+    function = StateFunction(
+        lambda: CoordinatorRunner(CONFIG, failover_gap_ms=GAP_MS), TimeMode.PROCESSING_TIME
+    )
+    _, state = stable_member(function)
+    state = state.next_call(20_000)
+    describe = {"event_id": "d1", "event_time_ms": 0, "type": "describe", "group_id": "h"}
+    out = call(function, state, request_row(json.dumps(describe), 10_000))
+    assert [d["event_id"] for d in out["decisions"]] == ["d1"]
+    assert [e for e in out.get("group_events", []) if e["kind"] == "member_removed"] == []
+    assert out[METRICS_TABLE][0]["timers_fired"] == 0
+    assert state.value is not None
+    assert state.value[1] == 11_500
+    assert state.timeout_timestamp == 21_500  # the batch (20 s) + 1.5 s ahead of the tick
+    woken = state.next_call(22_000)
+    woken.hasTimedOut = True
+    out = out_tables(function.call(iter([frame(request_row("x", 0)).iloc[0:0]]), woken))
+    removed = [e for e in out["group_events"] if e["kind"] == "member_removed"]
+    assert [(e["reason"], e["at_ms"]) for e in removed] == [("session_timeout", 11_500)]

@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -149,9 +149,9 @@ def parse_row(row: InputRow, mode: TimeMode, batch_time_ms: int) -> TimedEvent |
     return make_timed_event(event=event, time_ms=time_ms, line=line)
 
 
-def processing_tick(batch_time_ms: int, events: Sequence[TimedEvent]) -> int:
-    """A processing-time call's tick: the latest arrival among the records it read, or the
-    batch time for a call that read none (a timed-out key).
+def processing_tick(batch_time_ms: int, arrivals: Iterable[int | None]) -> int:
+    """A processing-time call's tick: the latest arrival among the records it read (requests
+    and rejected records alike), or the batch time for a call that read none (a timed-out key).
 
     A tick says that every request of the key up to it has been handled. The batch time says
     so only when the batch read everything that had arrived, which a batch cannot know: a
@@ -160,11 +160,9 @@ def processing_tick(batch_time_ms: int, events: Sequence[TimedEvent]) -> int:
     whose next heartbeats are among them (and refuse those heartbeats with UNKNOWN_MEMBER_ID
     when they are read). The latest arrival read is as far as the call knows its input; a
     backlog is then handled at its own arrival times, as a coordinator that was up would have
-    handled it. The timers due between that arrival and the batch time fire in a later batch,
-    at their own deadlines (the key's Spark timeout is set from the batch time, so an overdue
-    timer wakes the key at the next batch)."""
-    arrivals = [e.time_ms for e in events if e.time_ms is not None]
-    return min(max(arrivals), batch_time_ms) if arrivals else batch_time_ms
+    handled it. The key's Spark timeout is set from the tick too (``StateFunction._finish``)."""
+    read = [t for t in arrivals if t is not None]
+    return min(max(read), batch_time_ms) if read else batch_time_ms
 
 
 def _has_duplicate_group_id(raw: str) -> bool:
@@ -285,15 +283,14 @@ class StateFunction:
             frame = pd.DataFrame(envelope.columns(self.rows(frames, state), self.answers))
         yield frame
 
-    def tick_ms(self, state: Any, events: Sequence[TimedEvent]) -> int:
+    def tick_ms(self, state: Any, arrivals: Iterable[int | None]) -> int:
         if self.mode is TimeMode.EVENT_TIME:
             return int(state.getCurrentWatermarkMs())
-        return processing_tick(int(state.getCurrentProcessingTimeMs()), events)
+        return processing_tick(int(state.getCurrentProcessingTimeMs()), arrivals)
 
     def now_ms(self, state: Any) -> int:
-        """What the key's timeout and its timers' lateness are measured from: the batch time
-        in processing time (Spark adds a timeout's duration to it), the watermark in event
-        time."""
+        """What a timer's lateness is measured from: the batch time in processing time, the
+        watermark in event time."""
         if self.mode is TimeMode.EVENT_TIME:
             return int(state.getCurrentWatermarkMs())
         return int(state.getCurrentProcessingTimeMs())
@@ -312,10 +309,11 @@ class StateFunction:
         for row in _records(frames):
             parsed = parse_row(row, self.mode, batch_time)
             (events if isinstance(parsed, TimedEvent) else rejected).append(parsed)  # type: ignore[arg-type]
-        tick = self.tick_ms(state, events)
+        arrivals = [e.time_ms for e in events] + [r["arrival_time_ms"] for r in rejected]
+        tick = self.tick_ms(state, arrivals)
         now = self.now_ms(state)
         result = self._run(stored, events, tick, rejected)
-        self._finish(state, result, now)
+        self._finish(state, result, tick)
         deadline = stored.deadline_ms
         fired = deadline is not None and deadline <= tick
         figures = CallFigures(
@@ -352,7 +350,7 @@ class StateFunction:
                 )
             return RunResult(stored.blob, {}, stored.deadline_ms)
 
-    def _finish(self, state: Any, result: RunResult, now: int) -> None:
+    def _finish(self, state: Any, result: RunResult, tick: int) -> None:
         deadline = result.next_deadline_ms
         if deadline is not None:
             # An event time near the end of the long range (the wire allows any long) can put
@@ -366,11 +364,14 @@ class StateFunction:
         if deadline is None:
             return  # update() alone clears the Spark timeout: the key has no timer
         if self.mode is TimeMode.EVENT_TIME:
-            state.setTimeoutTimestamp(max(deadline, now + 1))
+            state.setTimeoutTimestamp(max(deadline, tick + 1))
         else:
-            # Spark adds the duration to the batch time: keep the sum a long (a century is
-            # "never" for a timer; the key wakes, finds nothing due, and sleeps again).
-            state.setTimeoutDuration(min(max(1, deadline - now), CENTURY_MS))
+            # Spark adds the duration to the batch time. From the tick: a key whose tick is its
+            # latest arrival wakes once as much time as its timer is ahead of that arrival has
+            # passed, by which time the source, read at least as fast as records arrive, has
+            # read the key's records up to the timer (processing_tick). Keep the sum a long (a
+            # century is "never" for a timer; the key wakes, finds nothing due, and sleeps).
+            state.setTimeoutDuration(min(max(1, deadline - tick), CENTURY_MS))
 
 
 @contextmanager

@@ -184,7 +184,7 @@ class CoordinatorShard:
     def group_rows(self) -> list[Row]:
         """The ``groups`` row of every group a request or a timer reached in this batch, with
         ``deleted`` true for one that ceased to exist. A tick that fires nothing changes no row,
-        so a batch-time tick over a large shard does not rewrite every group's row."""
+        so the end-of-batch tick over a large shard does not rewrite every group's row."""
         rows: list[Row] = []
         for group_id, existed in self._touched.items():
             slot = self._slot(group_id)
