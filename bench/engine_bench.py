@@ -988,7 +988,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(str(exc))
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (``check_args`` checks what it parsed)."""
     from controlplane.io.options import MAX_RECORDS_PER_TRIGGER
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1068,6 +1069,11 @@ def main() -> int:
     parser.add_argument(
         "--no-core", action="store_true", help="skip the core's in-process replay (long runs)"
     )
+    return parser
+
+
+def main() -> int:
+    parser = build_parser()
     args = parser.parse_args()
     check_args(parser, args)
     if args.source == "kafka":

@@ -373,29 +373,23 @@ def test_the_catch_up_line_counts_the_capped_batches_and_when_none_was_left() ->
     [
         (["--stop-at", "10"], "go together"),
         (["--stop-for", "10"], "go together"),
-        (["--stop-at", "3", "--stop-for", "5"], "after the joins"),
-        (["--stop-at", "10", "--stop-for", "10", "--seconds", "20"], "before the last drop"),
+        (["--stop-at", "3", "--stop-for", "5", "--source", "kafka"], "after the joins"),
+        (
+            ["--stop-at", "10", "--stop-for", "10", "--seconds", "20", "--source", "kafka"],
+            "before the last drop",
+        ),
         (["--stop-at", "10", "--stop-for", "5", "--source", "files"], "for --source kafka"),
     ],
 )
 def test_a_stop_the_run_cannot_hold_is_refused(
     arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    for name, default in [("--seconds", 30), ("--stop-at", 0), ("--stop-for", 0)]:
-        parser.add_argument(name, type=int, default=default)
-    for name in ("--windows", "--warm-events", "--drops-per-second", "--idle"):
-        parser.add_argument(name, type=int, default=1 if name != "--idle" else 0)
-    parser.add_argument("--kafka-option", action="append", default=[])
-    parser.add_argument("--kafka-max-records", type=int, default=1)
-    parser.add_argument("--kafka-partitions", type=int, default=1)
-    parser.add_argument("--answers-partitions", type=int, default=0)
-    parser.add_argument("--source", default="kafka")
+    parser = engine_bench.build_parser()  # the bench's own command line
     args = parser.parse_args(arguments)
     with pytest.raises(SystemExit):
         engine_bench.check_args(parser, args)
     assert message in capsys.readouterr().err
-    args = parser.parse_args(["--stop-at", "10", "--stop-for", "9", "--seconds", "20"])
+    args = parser.parse_args(
+        ["--stop-at", "10", "--stop-for", "9", "--seconds", "20", "--source", "kafka"]
+    )
     engine_bench.check_args(parser, args)  # the restart one second before the last drop
