@@ -472,11 +472,9 @@ class Restart:
 def _behind(progress: Any) -> int | None:
     """Spark's ``maxOffsetsBehindLatest`` of the batch's Kafka source; None when it has none (a
     batch planned before a stop and run again after it reports none)."""
-    for source in getattr(progress, "sources", None) or ():
-        value = (getattr(source, "metrics", None) or {}).get("maxOffsetsBehindLatest")
-        if value is not None:
-            return int(float(value))
-    return None
+    from controlplane.engine.progress import unread_metrics
+
+    return max(unread_metrics(progress), default=None)
 
 
 def catch_up(progress: list[Any], restarted_at_s: float) -> str:

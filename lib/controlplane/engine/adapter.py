@@ -283,17 +283,13 @@ class StateFunction:
             frame = pd.DataFrame(envelope.columns(self.rows(frames, state), self.answers))
         yield frame
 
-    def tick_ms(self, state: Any, arrivals: Iterable[int | None]) -> int:
+    def ticks(self, state: Any, batch_time_ms: int, arrivals: list[int | None]) -> tuple[int, int]:
+        """The call's tick and the time a timer's lateness is measured from: the watermark for
+        both in event time; in processing time ``processing_tick`` and the batch time."""
         if self.mode is TimeMode.EVENT_TIME:
-            return int(state.getCurrentWatermarkMs())
-        return processing_tick(int(state.getCurrentProcessingTimeMs()), arrivals)
-
-    def now_ms(self, state: Any) -> int:
-        """What a timer's lateness is measured from: the batch time in processing time, the
-        watermark in event time."""
-        if self.mode is TimeMode.EVENT_TIME:
-            return int(state.getCurrentWatermarkMs())
-        return int(state.getCurrentProcessingTimeMs())
+            watermark = int(state.getCurrentWatermarkMs())
+            return watermark, watermark
+        return processing_tick(batch_time_ms, arrivals), batch_time_ms
 
     def call(self, frames: Iterator[Any], state: Any) -> list[tuple[str, str]]:
         """``rows``, each row as its JSON text: the per-row form of a call's output."""
@@ -310,8 +306,7 @@ class StateFunction:
             parsed = parse_row(row, self.mode, batch_time)
             (events if isinstance(parsed, TimedEvent) else rejected).append(parsed)  # type: ignore[arg-type]
         arrivals = [e.time_ms for e in events] + [r["arrival_time_ms"] for r in rejected]
-        tick = self.tick_ms(state, arrivals)
-        now = self.now_ms(state)
+        tick, now = self.ticks(state, batch_time, arrivals)
         result = self._run(stored, events, tick, rejected)
         self._finish(state, result, tick)
         deadline = stored.deadline_ms

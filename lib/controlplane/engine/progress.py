@@ -72,14 +72,20 @@ def records_left_unread(progress: Any) -> int:
     """The most records of one partition the batch's sources left unread when it was planned:
     a Kafka source's ``maxOffsetsBehindLatest`` (Spark's source metric), above 0 only when the
     batch read ``maxOffsetsPerTrigger`` with more waiting. 0 for sources without the metric."""
-    unread = 0
+    return max(unread_metrics(progress), default=0)
+
+
+def unread_metrics(progress: Any) -> list[int]:
+    """Each source's readable ``maxOffsetsBehindLatest``; none for a source without it (a file
+    source, or a batch planned before a restart and run again) or with an unreadable one."""
+    values: list[int] = []
     for source in getattr(progress, "sources", None) or ():
         value: Any = (getattr(source, "metrics", None) or {}).get("maxOffsetsBehindLatest")
         try:
-            unread = max(unread, int(float(value)))
+            values.append(int(float(value)))
         except (TypeError, ValueError, OverflowError):  # absent (None) or unreadable
             continue
-    return unread
+    return values
 
 
 class ProgressCommits:
