@@ -26,7 +26,7 @@ from controlplane.core.jsonwire import INT64_MAX, INT64_MIN
 from controlplane.core.runtime import Runner
 from controlplane.engine.adapter import StateFunction
 from controlplane.engine.batch import split_envelopes
-from controlplane.engine.keying import spark_key_of
+from controlplane.engine.keying import ShardNames, SparkKeys
 from controlplane.engine.options import Keying, TimeMode
 from controlplane.engine.queries import CoordinatorRunners, QuotaKeyer, QuotaRunners
 from controlplane.engine.reload import SettingsSource
@@ -165,7 +165,7 @@ def test_damaged_coordinator_events_never_fail_the_engine(lines: list[str], mode
 @given(lines=st.lists(damaged_line(QUOTA_EVENTS), min_size=1, max_size=12), mode=MODES)
 def test_damaged_mutation_events_never_fail_the_engine(lines: list[str], mode: TimeMode) -> None:
     source = SettingsSource(path=None, initial=SETTINGS)
-    keyer = QuotaKeyer(source, Keying.GROUP, 64)
+    keyer = QuotaKeyer(source, SparkKeys(Keying.GROUP, 64))
     for raw in lines:
         key, time_ms = keyer.key(raw, None, SETTINGS.quota)
         key.encode("utf-8")  # Arrow must be able to store the Spark key
@@ -176,10 +176,11 @@ def test_damaged_mutation_events_never_fail_the_engine(lines: list[str], mode: T
 @pytest.mark.parametrize("keying", [Keying.GROUP, Keying.SHARD])
 def test_the_quota_keyer_output_fits_the_keyed_schema(keying: Keying) -> None:
     source = SettingsSource(path=None, initial=SETTINGS)
-    keyer = QuotaKeyer(source, keying, 8)
+    keys = SparkKeys(keying, 8, ShardNames.BALANCED, 2)
+    keyer = QuotaKeyer(source, keys)
     raw = json.dumps(QUOTA_EVENTS[0] | {"user": "alice", "client_id": "c"})
     frame = pd.DataFrame(
         [{"raw": raw, "source": "f", "arrival_time_ms": 0, "seq": 0, "principal": None}]
     )
     (out,) = list(keyer(iter([frame])))
-    assert out["key"].tolist() == [spark_key_of("user=alice", keying, 8)]
+    assert out["key"].tolist() == [keys.of("user=alice")]

@@ -19,6 +19,7 @@ from controlplane.engine import batch, launch
 from controlplane.engine.adapter import StateFunction, input_row, parse_row
 from controlplane.engine.batch import BatchSink
 from controlplane.engine.envelope import envelope_table
+from controlplane.engine.keying import SparkKeys
 from controlplane.engine.options import (
     AnswersOrder,
     EngineOptions,
@@ -664,7 +665,7 @@ def test_a_kafka_record_is_named_by_topic_partition_and_offset() -> None:
 def test_the_quota_keyer_never_resolves_a_refused_record() -> None:
     """Its payload claims a user: keying by it would put the claim in that user's bucket."""
     quotas = parse_settings({"quotas": [{"user": "<default>", "controller_mutation_rate": 10}]})
-    keyer = QuotaKeyer(SettingsSource(path=None, initial=quotas), Keying.GROUP, 64)
+    keyer = QuotaKeyer(SettingsSource(path=None, initial=quotas), SparkKeys(Keying.GROUP, 64))
     raw = json.dumps({"type": "create_topics", "user": "mallory", "client_id": "c"})
     frame = pd.DataFrame(
         [

@@ -10,7 +10,15 @@ import pytest
 
 from controlplane.core.config import parse_settings
 from controlplane.core.quota.resolution import index_for
-from controlplane.engine.keying import shard_of, spark_key_of
+from controlplane.engine.keying import (
+    ShardNames,
+    SparkKeys,
+    balanced_names,
+    shard_of,
+    spark_hash,
+    spark_key_of,
+    spark_partition_of,
+)
 from controlplane.engine.options import Keying
 from controlplane.engine.queries import QuotaKeyer
 from controlplane.engine.reload import SettingsSource
@@ -59,7 +67,7 @@ QUOTAS = parse_settings({"quotas": [{"user": "<default>", "controller_mutation_r
 
 
 def quota_keyer() -> QuotaKeyer:
-    return QuotaKeyer(SettingsSource(path=None, initial=QUOTAS), Keying.GROUP, 64)
+    return QuotaKeyer(SettingsSource(path=None, initial=QUOTAS), SparkKeys(Keying.GROUP, 64))
 
 
 def test_quota_keyer_keys_a_mutation_by_its_quota_key() -> None:
@@ -92,3 +100,69 @@ def test_quota_keyer_sends_text_that_is_not_a_json_object_to_the_empty_key(raw: 
     """The runner answers it there with INVALID_REQUEST; a lone surrogate must not reach the
     key (Arrow cannot encode it, and the mapInPandas stage would fail the query)."""
     assert quota_keyer().key(raw, None, QUOTAS.quota) == ("", None)
+
+
+# Spark's hash() of these strings, written down once from pyspark 4.2.0 (F.hash); the Spark
+# test tests/spark/test_shard_partitions.py compares thousands more, and the stateful
+# operator's own partitions.
+@pytest.mark.parametrize(
+    ("text", "spark_hash_value"),
+    [
+        ("", 142593372),
+        ("a", 1485273170),
+        ("orders", 1175203872),
+        ("shard-0", 1500264606),
+        ("shard-63", 182754351),
+        ("é€😀", -1844856255),  # the bytes after the last whole word are signed in Spark
+    ],
+)
+def test_spark_hash_is_sparks_murmur3(text: str, spark_hash_value: int) -> None:
+    assert spark_hash(text) == spark_hash_value
+
+
+def shards_per_partition(names: tuple[str, ...], partitions: int) -> list[int]:
+    counts = [0] * partitions
+    for name in names:
+        counts[spark_partition_of(name, partitions)] += 1
+    return counts
+
+
+@pytest.mark.parametrize(
+    ("shards", "partitions"), [(64, 2), (64, 8), (64, 16), (64, 6), (64, 200), (50, 8), (1, 1)]
+)
+def test_balanced_names_give_each_partition_its_share(shards: int, partitions: int) -> None:
+    names = balanced_names(shards, partitions)
+    assert len(set(names)) == shards
+    for n, name in enumerate(names):
+        assert name == f"shard-{n}" or name.startswith(f"shard-{n}.")
+        assert spark_partition_of(name, partitions) == n % partitions
+    counts = shards_per_partition(names, partitions)
+    assert max(counts) - min(counts) <= 1
+    assert max(counts) == -(-shards // partitions)  # ceil: with more partitions, one shard each
+
+
+def test_the_plain_names_spread_unevenly() -> None:
+    """Why the names are balanced: 64 plain names over 8 partitions put 12 in one of them."""
+    plain = SparkKeys(Keying.SHARD, 64).shard_names
+    assert sorted(shards_per_partition(plain, 8), reverse=True)[0] == 12
+
+
+def test_a_balanced_name_is_the_plain_one_when_that_lands_where_it_should() -> None:
+    names = balanced_names(64, 8)
+    plain = SparkKeys(Keying.SHARD, 64).shard_names
+    kept = [n for n in range(64) if spark_partition_of(plain[n], 8) == n % 8]
+    assert kept
+    assert all(names[n] == plain[n] for n in kept)
+
+
+def test_the_keys_of_a_group_under_balanced_names() -> None:
+    keys = SparkKeys(Keying.SHARD, 64, ShardNames.BALANCED, 8)
+    assert keys.of("orders") == balanced_names(64, 8)[shard_of("orders", 64)]
+    assert keys.of(None) == keys.of("")
+    assert SparkKeys(Keying.GROUP, 64, ShardNames.BALANCED, 8).of("orders") == "orders"
+
+
+@pytest.mark.parametrize("partitions", [None, 0])
+def test_balanced_names_need_partitions(partitions: int | None) -> None:
+    with pytest.raises(ValueError, match="balanced shard names need partitions"):
+        SparkKeys(Keying.SHARD, 64, ShardNames.BALANCED, partitions)

@@ -24,6 +24,7 @@ from controlplane.engine import envelope, progress
 from controlplane.engine.adapter import METRICS_TABLE, StateFunction
 from controlplane.engine.answer_json import answers_table, finite
 from controlplane.engine.batch import BatchSink, split_batch, split_envelopes
+from controlplane.engine.keying import SparkKeys
 from controlplane.engine.options import Keying, TimeMode
 from controlplane.engine.queries import CoordinatorRunners, QuotaKeyer, QuotaRunners
 from controlplane.engine.reload import SettingsSource
@@ -109,7 +110,7 @@ def test_the_sink_reads_the_quota_s_tables_as_the_per_row_path(
     lines: list[str], mode: TimeMode
 ) -> None:
     source = SettingsSource(path=None, initial=SETTINGS)
-    QuotaKeyer(source, Keying.GROUP, 64)  # the quota runs behind its keyer in the engine
+    QuotaKeyer(source, SparkKeys(Keying.GROUP, 64))  # the quota runs behind its keyer in the engine
     spark_out, envelopes = two_batches(lines, QuotaRunners(source), mode)
     for out, expected in zip(spark_out, envelopes, strict=True):
         assert_same_tables(out, expected)
@@ -182,7 +183,7 @@ def test_each_decision_s_answer_is_its_delta_row(lines: list[str], mode: TimeMod
 @given(lines=st.lists(damaged_line(QUOTA_EVENTS), min_size=1, max_size=14), mode=MODES)
 def test_each_quota_decision_s_answer_is_its_delta_row(lines: list[str], mode: TimeMode) -> None:
     source = SettingsSource(path=None, initial=SETTINGS)
-    QuotaKeyer(source, Keying.GROUP, 64)
+    QuotaKeyer(source, SparkKeys(Keying.GROUP, 64))
     spark_out, envelopes = two_batches(lines, QuotaRunners(source), mode, answers=True)
     for out, expected in zip(spark_out, envelopes, strict=True):
         assert_same_tables(out, expected)

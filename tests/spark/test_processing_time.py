@@ -381,7 +381,7 @@ def test_a_checkpoint_keeps_the_state_format_it_was_started_with(
     text, binary = (StateFormat.TEXT,) * 2, (StateFormat.BINARY,) * 2
     assert formats(spark, checkpoint) == text  # nothing there yet
     with monkeypatch.context() as before:  # the build before: bytes in a binary
-        before.setattr(queries, "state_format_of", lambda _spark, _path: StateFormat.BINARY)
+        before.setattr(queries, "existing_state_format", lambda *_args: StateFormat.BINARY)
         query = start(spark, options)
         try:
             member = stable_member(tables, landing, query, "older", 60_000)

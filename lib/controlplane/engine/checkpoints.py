@@ -8,15 +8,31 @@ state schema: for a checkpoint on this machine from the schema file Spark keeps 
 (io.checkpoint, one small file), else with Spark's state data source (``statestore``, Spark 4.0
 and later), which reads any file system Spark reads, on Databricks too, and takes 1-2 s in a
 fresh session.
+
+The keying is fixed in a checkpoint too: a group's state lives under its Spark key, so a query
+restarted with another keying, another number of shards or other shard names would look for
+its groups under keys that hold none (and find them again under the old ones when their
+timers fire). Spark cannot see that. So the engine records the keying a checkpoint's state is
+under, in a file of its own beside Spark's (``io.checkpoint.KEYING_RECORD``), when the query
+first starts, and refuses to start it with another (``checkpoint_keys``). A new checkpoint
+gets balanced shard names over its state partitions (engine.keying); a checkpoint whose state
+was written before the engine kept the record keeps the plain names, and its record is written
+from the configuration it is restarted with.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any, Final
 
 from controlplane.core.config import ConfigError
 from controlplane.engine.adapter import StateFormat
-from controlplane.io.checkpoint import local_state_schema
+from controlplane.engine.keying import ShardNames, SparkKeys
+from controlplane.engine.options import Keying
+from controlplane.io.checkpoint import local_state_schema, read_record, write_record
+
+log = logging.getLogger(__name__)
 
 # Spark's error when the checkpoint has no committed batch: a new query, or one stopped before
 # its first batch ended (whose schema file, if its first batch was planned, Spark checks at the
@@ -31,11 +47,17 @@ def state_format_of(spark: Any, checkpoint: str) -> StateFormat:
     """The state format of the query whose checkpoint is ``checkpoint``: ``TEXT`` when it has
     no state schema yet, else the one its state schema says. A ConfigError for a checkpoint
     whose state cannot be read, or is not this engine's."""
+    found = existing_state_format(spark, checkpoint)
+    return StateFormat.TEXT if found is None else found
+
+
+def existing_state_format(spark: Any, checkpoint: str) -> StateFormat | None:
+    """``state_format_of``, None when the checkpoint has no state schema yet."""
     local = local_state_schema(checkpoint, STATEFUL_OPERATOR_ID)
     if local is None:
-        return state_format_from_spark(spark, checkpoint)
+        return _format_from_spark(spark, checkpoint)
     if not local:
-        return StateFormat.TEXT
+        return None
     text = local.decode("utf-8", errors="replace")
     found = [name for name in _FORMATS if f'"name":"blob","type":"{name}"' in text]
     if len(found) != 1:
@@ -48,11 +70,16 @@ def state_format_from_spark(spark: Any, checkpoint: str) -> StateFormat:
     system: ``TEXT`` when it has no committed batch. (A checkpoint whose first batch was
     planned but not committed has a schema already, which this cannot see; a local one is
     read from its file, which can.)"""
+    found = _format_from_spark(spark, checkpoint)
+    return StateFormat.TEXT if found is None else found
+
+
+def _format_from_spark(spark: Any, checkpoint: str) -> StateFormat | None:
     try:
         schema = spark.read.format("statestore").load(checkpoint).schema
     except Exception as exc:  # Spark's errors, through py4j or Spark Connect
         if NO_COMMITTED_BATCH in str(exc):
-            return StateFormat.TEXT
+            return None
         raise ConfigError(
             f"checkpoint {checkpoint}: its state schema cannot be read: {_first_line(exc)}"
         ) from exc
@@ -64,6 +91,113 @@ def state_format_from_spark(spark: Any, checkpoint: str) -> StateFormat:
             f" (value schema {_value_schema(schema.jsonValue())})"
         )
     return state_format
+
+
+def checkpoint_keys(
+    spark: Any, checkpoint: str, keying: Keying, shards: int, *, has_state: bool
+) -> SparkKeys:
+    """The Spark keys the checkpoint's state is under, for a query configured with ``keying``
+    and ``shards``, written to its record before the query starts when it has none.
+
+    A checkpoint with no state yet (``has_state``: a state schema, ``existing_state_format``)
+    holds no group under any key: it gets balanced shard names over the session's state
+    partitions, whatever an earlier start that never committed a batch recorded. One with
+    state: its record's keys, which must agree with ``keying`` and ``shards`` (else a
+    ConfigError); without a record (started before the record was kept) the plain names."""
+    if not has_state:
+        keys = SparkKeys(keying, shards, ShardNames.BALANCED, state_partitions(spark))
+        write_record(spark, checkpoint, record_text(keys))
+        return keys
+    text = read_record(spark, checkpoint)
+    if text is not None:
+        keys = parse_record(text, checkpoint)
+        _check_unchanged(keys, keying, shards, checkpoint)
+        return keys
+    keys = SparkKeys(keying, shards, ShardNames.PLAIN)
+    log.warning(
+        "checkpoint %s has state but no keying record (started by an earlier version):"
+        " assuming it was started with %s keying and %d shards, as configured now,"
+        " under the plain shard names; recorded",
+        checkpoint,
+        keying,
+        shards,
+    )
+    write_record(spark, checkpoint, record_text(keys))
+    return keys
+
+
+def state_partitions(spark: Any) -> int:
+    """The session's ``spark.sql.shuffle.partitions``: a new stateful query's state partitions
+    (Spark then keeps the number in the checkpoint)."""
+    value = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        partitions = int(value)
+    except (TypeError, ValueError):
+        partitions = 0
+    if partitions < 1:
+        raise ConfigError(
+            f"spark.sql.shuffle.partitions is {value!r}: a stateful query needs a number"
+            " (engine.shuffle_partitions)"
+        )
+    return partitions
+
+
+def record_text(keys: SparkKeys) -> str:
+    return json.dumps(
+        {
+            "version": RECORD_VERSION,
+            "keying": keys.keying.value,
+            "shards": keys.shards,
+            "shard_names": keys.names.value,
+            "partitions": keys.partitions,
+        },
+        sort_keys=True,
+    )
+
+
+RECORD_VERSION: Final = 1
+
+
+def parse_record(text: str, checkpoint: str) -> SparkKeys:
+    """The keys a record says; a ConfigError for one this build cannot read."""
+    try:
+        record = json.loads(text)
+        if record.get("version") != RECORD_VERSION:
+            found = record.get("version")
+            raise ValueError(f"version {found!r}, this build reads {RECORD_VERSION}")
+        partitions = record.get("partitions")
+        return SparkKeys(
+            Keying(record["keying"]),
+            _whole(record["shards"]),
+            ShardNames(record["shard_names"]),
+            None if partitions is None else _whole(partitions),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"checkpoint {checkpoint}: its keying record is unreadable: {exc}"
+        ) from None
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is not a whole number")
+    return value
+
+
+def _check_unchanged(keys: SparkKeys, keying: Keying, shards: int, checkpoint: str) -> None:
+    recorded = f"{keys.keying} keying" + (
+        f" with {keys.shards} shards" if keys.keying is Keying.SHARD else ""
+    )
+    if keys.keying is not keying or (keying is Keying.SHARD and keys.shards != shards):
+        configured = f"{keying} keying" + (
+            f" with {shards} shards" if keying is Keying.SHARD else ""
+        )
+        raise ConfigError(
+            f"checkpoint {checkpoint} holds state under {recorded}; the configuration says"
+            f" {configured}. A group's state stays under the key it was written under, so a"
+            " change of engine.keying or engine.shards needs a new checkpoint (docs/engine.md,"
+            ' "Keying")'
+        )
 
 
 def blob_type_name(schema: dict[str, Any]) -> str | None:

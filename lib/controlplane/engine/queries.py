@@ -11,6 +11,7 @@ fixed for the life of a checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -19,8 +20,8 @@ from controlplane.core.config import ConfigError, Settings
 from controlplane.core.runtime import Runner
 from controlplane.engine.adapter import StateFormat, StateFunction
 from controlplane.engine.batch import BatchSink
-from controlplane.engine.checkpoints import state_format_of
-from controlplane.engine.keying import spark_key_column, spark_key_of
+from controlplane.engine.checkpoints import checkpoint_keys, existing_state_format
+from controlplane.engine.keying import SparkKeys
 from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_engine_options
 from controlplane.engine.progress import (
     ProgressCommits,
@@ -87,10 +88,9 @@ class QuotaKeyer:
     configuration before keying (docs/reference/mutation-quota.md §4.2), then grouped by key or
     shard."""
 
-    def __init__(self, settings: SettingsSource, keying: Keying, shards: int) -> None:
+    def __init__(self, settings: SettingsSource, keys: SparkKeys) -> None:
         self.settings = settings
-        self.keying = keying
-        self.shards = shards
+        self.keys = keys
 
     def key(self, raw: Any, principal: Any, config: Any) -> tuple[str, int | None]:
         from controlplane.core.jsonwire import decode_event_text, long_or_none
@@ -101,7 +101,7 @@ class QuotaKeyer:
         except (ValueError, RecursionError):
             event = None
         if not isinstance(event, dict):
-            return spark_key_of("", self.keying, self.shards), None
+            return self.keys.of(""), None
         if isinstance(principal, str):
             event["user"] = principal
         time_ms = long_or_none(event.get("event_time_ms"))
@@ -109,11 +109,11 @@ class QuotaKeyer:
             quota_key = key_of(event, config)
         except Exception:  # malformed: the runner answers INVALID_REQUEST under any key
             quota_key = ""
-        return spark_key_of(quota_key, self.keying, self.shards), time_ms
+        return self.keys.of(quota_key), time_ms
 
     def __call__(self, frames: Iterator[Any]) -> Iterator[Any]:
         config = self.settings.current().quota
-        refused_key = spark_key_of("", self.keying, self.shards)
+        refused_key = self.keys.of("")
         for frame in frames:
             reasons = frame["reject_reason"] if "reject_reason" in frame else [None] * len(frame)
             pairs = [
@@ -283,7 +283,7 @@ def build_query(
     runners: Callable[[], Runner],
     tables: tuple[str, ...],
     name: str,
-    keyer: QuotaKeyer | None = None,
+    keyer: Callable[[SparkKeys], QuotaKeyer] | None = None,
     key_path: str = "$.group_id",
     available_now: bool = False,
     require_principal: bool = False,
@@ -298,15 +298,21 @@ def build_query(
     check_table_names(spark, options)
     lookup = secret_lookup if secret_lookup is not None else databricks_lookup()
     source, answers = prepare_kafka(options, source, lookup)
-    archiver = LandingArchiver.for_source(source, options.checkpoint(name))
+    checkpoint = options.checkpoint(name)
+    existing = existing_state_format(spark, checkpoint)  # None: no state yet
+    state_format = StateFormat.TEXT if existing is None else existing
+    keys = checkpoint_keys(
+        spark, checkpoint, options.keying, options.shards, has_state=existing is not None
+    )
+    archiver = LandingArchiver.for_source(source, checkpoint)
     after_commit(name, None if archiver is None else archiver.after_commit)
     raw = read_events(
         spark, source, require_principal=require_principal, spark_cleans=archiver is None
     )
     if keyer is not None:
-        keyed = raw.mapInPandas(keyer, KEYED_INPUT)
+        keyed = raw.mapInPandas(keyer(keys), KEYED_INPUT)
     else:
-        key = spark_key_column(F.get_json_object("raw", key_path), options.keying, options.shards)
+        key = keys.column(F.get_json_object("raw", key_path))
         # Only event-time mode reads the line's time in Spark (the watermark); processing time
         # leaves the line to the one parse the function does.
         if options.mode is TimeMode.EVENT_TIME:
@@ -323,22 +329,27 @@ def build_query(
             "principal",
             "reject_reason",
         )
-    state_format = state_format_of(spark, options.checkpoint(name))
     function = StateFunction(runners, options.mode, state_format, answers is not None)
     state = _stateful(_with_time(keyed, options), function, options)
     log.info(
-        "%s query: %s source %s%s, %s keying (%d shards), %s, checkpoint %s (state as %s)",
+        "%s query: %s source %s%s, %s, %s, checkpoint %s (state as %s)",
         name,
         source.format,
         source.path,
         _cleaning(source, archiver),
-        options.keying,
-        options.shards,
+        _keying(keys),
         options.mode,
-        options.checkpoint(name),
+        checkpoint,
         state_format.value,
     )
     return _writer(state, name, tables, options, trigger_of(options, available_now), answers)
+
+
+def _keying(keys: SparkKeys) -> str:
+    if keys.keying is Keying.GROUP:
+        return "group keying"
+    spread = f" over {keys.partitions} state partitions" if keys.partitions else ""
+    return f"shard keying ({keys.shards} shards, {keys.names.value} names{spread})"
 
 
 def _cleaning(source: SourceOptions, archiver: Any) -> str:
@@ -396,7 +407,7 @@ def build_quota_query(
         runners=QuotaRunners(settings_source),
         tables=QUOTA_TABLES,
         name=name,
-        keyer=QuotaKeyer(settings_source, options.keying, options.shards),
+        keyer=functools.partial(QuotaKeyer, settings_source),
         available_now=available_now,
         # the quota is keyed by the principal: on Kafka it comes from exactly one header
         require_principal=True,
