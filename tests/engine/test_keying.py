@@ -166,3 +166,10 @@ def test_the_keys_of_a_group_under_balanced_names() -> None:
 def test_balanced_names_need_partitions(partitions: int | None) -> None:
     with pytest.raises(ValueError, match="balanced shard names need partitions"):
         SparkKeys(Keying.SHARD, 64, ShardNames.BALANCED, partitions)
+
+
+def test_the_balanced_names_found_today() -> None:
+    """Written down: a checkpoint records its names, but a change to how they are found
+    should be a decision, not an accident."""
+    assert balanced_names(4, 2) == ("shard-0", "shard-1.6", "shard-2.1", "shard-3.2")
+    assert balanced_names(64, 8)[:4] == ("shard-0.21", "shard-1.6", "shard-2.3", "shard-3.2")

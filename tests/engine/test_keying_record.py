@@ -1,7 +1,7 @@
 """The keying a checkpoint's state is under (engine.checkpoints.checkpoint_keys): recorded
 when a query first starts, kept at every restart, and a changed keying or shard count refused
-before the query starts. On a local path, without Spark; the record read and written through
-Spark, and a real restart, in tests/spark/test_shard_partitions.py."""
+before the query starts; the record's file (io.checkpoint). On a local path, without Spark;
+read and written through Spark, and a real restart, in tests/spark/test_shard_partitions.py."""
 
 from __future__ import annotations
 
@@ -13,28 +13,49 @@ from typing import Any
 import pytest
 
 from controlplane.core.config import ConfigError
-from controlplane.engine.checkpoints import checkpoint_keys
-from controlplane.engine.keying import ShardNames, SparkKeys
+from controlplane.engine import checkpoints
+from controlplane.engine.checkpoints import checkpoint_keys, existing_state_keys
+from controlplane.engine.keying import ShardNames, SparkKeys, balanced_names
 from controlplane.engine.options import Keying
-from controlplane.io.checkpoint import KEYING_RECORD
-from engine.test_checkpoints import NoSpark
+from controlplane.io.checkpoint import KEYING_RECORD, RecordError, read_record, write_record
+from engine.test_checkpoints import NoSpark, Session
 
 
 class Conf:
-    def __init__(self, partitions: str) -> None:
+    def __init__(self, partitions: Any) -> None:
         self.partitions = partitions
 
-    def get(self, name: str) -> str:
+    def get(self, name: str) -> Any:
         assert name == "spark.sql.shuffle.partitions"
         return self.partitions
 
 
-class LocalSpark(NoSpark):
-    """A session whose only use here is its shuffle partitions (a local checkpoint's files are
-    read directly: NoSpark refuses a read)."""
+class HadoopConf:
+    def __init__(self, default_fs: str) -> None:
+        self.default_fs = default_fs
 
-    def __init__(self, partitions: str = "8") -> None:
+    def get(self, name: str) -> str:
+        assert name == "fs.defaultFS"
+        return self.default_fs
+
+
+class Context:
+    def __init__(self, default_fs: str) -> None:
+        self._jsc = self
+        self.hadoop = HadoopConf(default_fs)
+
+    def hadoopConfiguration(self) -> HadoopConf:
+        return self.hadoop
+
+
+class LocalSpark(NoSpark):
+    """A local session as the record sees it: its shuffle partitions, and a default file
+    system on this machine, so the checkpoint's files are read and written directly (NoSpark
+    refuses a read through Spark)."""
+
+    def __init__(self, partitions: Any = "8") -> None:
         self.conf = Conf(partitions)
+        self.sparkContext = Context("file:///")
 
 
 def record(checkpoint: Path) -> dict[str, Any]:
@@ -42,12 +63,15 @@ def record(checkpoint: Path) -> dict[str, Any]:
     return loaded
 
 
+def keys_of(checkpoint: Path, keying: Keying, shards: int, *, has_state: bool, **kw: Any) -> Any:
+    return checkpoint_keys(LocalSpark(**kw), str(checkpoint), keying, shards, has_state=has_state)
+
+
 def test_a_new_checkpoint_gets_balanced_names_over_the_sessions_partitions(
     tmp_path: Path,
 ) -> None:
-    checkpoint = tmp_path / "coordinator"
-    checkpoint.mkdir()
-    keys = checkpoint_keys(LocalSpark("8"), str(checkpoint), Keying.SHARD, 64, has_state=False)
+    checkpoint = tmp_path / "coordinator"  # not even created yet
+    keys = keys_of(checkpoint, Keying.SHARD, 64, has_state=False, partitions="8")
     assert keys == SparkKeys(Keying.SHARD, 64, ShardNames.BALANCED, 8)
     assert record(checkpoint) == {
         "version": 1,
@@ -55,6 +79,7 @@ def test_a_new_checkpoint_gets_balanced_names_over_the_sessions_partitions(
         "shards": 64,
         "shard_names": "balanced",
         "partitions": 8,
+        "names": list(balanced_names(64, 8)),
     }
 
 
@@ -62,10 +87,18 @@ def test_a_restart_keeps_the_recorded_names_whatever_the_session_says_now(
     tmp_path: Path,
 ) -> None:
     """Spark keeps a checkpoint's state partitions too, so the names stay balanced."""
-    first = checkpoint_keys(LocalSpark("8"), str(tmp_path), Keying.SHARD, 64, has_state=False)
-    again = checkpoint_keys(LocalSpark("2"), str(tmp_path), Keying.SHARD, 64, has_state=True)
+    first = keys_of(tmp_path, Keying.SHARD, 64, has_state=False, partitions="8")
+    again = keys_of(tmp_path, Keying.SHARD, 64, has_state=True, partitions="2")
     assert again == first
-    assert again.shard_names == first.shard_names
+
+
+def test_the_recorded_names_are_used_as_written(tmp_path: Path) -> None:
+    """A later build that found names another way must not rename a checkpoint's shards."""
+    keys_of(tmp_path, Keying.SHARD, 4, has_state=False, partitions="2")
+    written = record(tmp_path) | {"names": ["a", "b", "c", "d"]}
+    (tmp_path / KEYING_RECORD).write_text(json.dumps(written))
+    keys = keys_of(tmp_path, Keying.SHARD, 4, has_state=True)
+    assert keys.shard_names == ("a", "b", "c", "d")
 
 
 @pytest.mark.parametrize(
@@ -78,32 +111,59 @@ def test_a_restart_keeps_the_recorded_names_whatever_the_session_says_now(
 def test_a_changed_keying_or_shard_count_is_refused_before_the_query_starts(
     tmp_path: Path, keying: Keying, shards: int, said: str
 ) -> None:
-    checkpoint_keys(LocalSpark(), str(tmp_path), Keying.SHARD, 64, has_state=False)
+    keys_of(tmp_path, Keying.SHARD, 64, has_state=False)
     with pytest.raises(ConfigError, match="holds state under shard keying with 64 shards") as err:
-        checkpoint_keys(LocalSpark(), str(tmp_path), keying, shards, has_state=True)
+        keys_of(tmp_path, keying, shards, has_state=True)
     assert f"the configuration says {said}" in str(err.value)
     assert "needs a new checkpoint" in str(err.value)
 
 
-def test_group_keying_ignores_the_shard_count(tmp_path: Path) -> None:
-    first = checkpoint_keys(LocalSpark(), str(tmp_path), Keying.GROUP, 64, has_state=False)
-    assert checkpoint_keys(LocalSpark(), str(tmp_path), Keying.GROUP, 16, has_state=True) == first
+def test_group_keying_ignores_the_shard_count_and_the_partitions(tmp_path: Path) -> None:
+    first = keys_of(tmp_path, Keying.GROUP, 64, has_state=False, partitions="auto")
+    assert keys_of(tmp_path, Keying.GROUP, 16, has_state=True) == first
     with pytest.raises(ConfigError, match="holds state under group keying"):
-        checkpoint_keys(LocalSpark(), str(tmp_path), Keying.SHARD, 64, has_state=True)
+        keys_of(tmp_path, Keying.SHARD, 64, has_state=True)
 
 
 def test_state_without_a_record_keeps_the_plain_names_and_is_recorded(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A checkpoint started before the record was kept: its shards are under shard-<n>."""
+    held = ["shard-3", "shard-17"]
+    monkeypatch.setattr(checkpoints, "existing_state_keys", lambda _spark, _path: held)
     with caplog.at_level(logging.WARNING):
-        keys = checkpoint_keys(LocalSpark(), str(tmp_path), Keying.SHARD, 64, has_state=True)
+        keys = keys_of(tmp_path, Keying.SHARD, 64, has_state=True)
     assert keys == SparkKeys(Keying.SHARD, 64, ShardNames.PLAIN)
     assert keys.of("orders") == f"shard-{3845127662 % 64}"
     assert record(tmp_path)["shard_names"] == "plain"
     assert "no keying record" in caplog.text
     with pytest.raises(ConfigError, match="with 64 shards"):  # recorded from now on
-        checkpoint_keys(LocalSpark(), str(tmp_path), Keying.SHARD, 8, has_state=True)
+        keys_of(tmp_path, Keying.SHARD, 8, has_state=True)
+
+
+@pytest.mark.parametrize("held", [["shard-3", "shard-64"], ["shard-3.2"]])
+def test_state_without_a_record_under_other_names_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: list[str]
+) -> None:
+    """Another shard count, or balanced names whose record is gone: no guess is recorded."""
+    monkeypatch.setattr(checkpoints, "existing_state_keys", lambda _spark, _path: held)
+    with pytest.raises(ConfigError, match="not under the plain names of 64 shards"):
+        keys_of(tmp_path, Keying.SHARD, 64, has_state=True)
+    assert not (tmp_path / KEYING_RECORD).exists()
+
+
+def test_a_checkpoint_without_state_is_recorded_afresh(tmp_path: Path) -> None:
+    """A start that never committed a batch left no group under any key: the next start may
+    change the keying, and its record says the new one."""
+    keys_of(tmp_path, Keying.SHARD, 64, has_state=False, partitions="8")
+    keys = keys_of(tmp_path, Keying.SHARD, 32, has_state=False, partitions="4")
+    assert keys == SparkKeys(Keying.SHARD, 32, ShardNames.BALANCED, 4)
+    assert record(tmp_path)["shards"] == 32
+
+
+def good_record(**changes: Any) -> str:
+    base = {"version": 1, "keying": "shard", "shards": 2, "shard_names": "plain"}
+    return json.dumps(base | {"partitions": None, "names": ["shard-0", "shard-1"]} | changes)
 
 
 @pytest.mark.parametrize(
@@ -111,18 +171,23 @@ def test_state_without_a_record_keeps_the_plain_names_and_is_recorded(
     [
         "{not json",
         "[]",
-        json.dumps({"version": 2, "keying": "shard", "shards": 64, "shard_names": "plain"}),
-        json.dumps({"version": 1, "keying": "hash", "shards": 64, "shard_names": "plain"}),
-        json.dumps({"version": 1, "keying": "shard", "shards": "64", "shard_names": "plain"}),
-        json.dumps({"version": 1, "keying": "shard", "shards": 0, "shard_names": "plain"}),
-        json.dumps({"version": 1, "keying": "shard", "shards": 64, "shard_names": "balanced"}),
-        json.dumps({"version": 1, "keying": "shard", "shards": 64}),
+        good_record(version=2),
+        good_record(keying="hash"),
+        good_record(shards="2"),
+        good_record(shards=0),
+        good_record(shards=3),
+        good_record(shard_names="balanced"),
+        good_record(names=["shard-0", "shard-0"]),
+        good_record(names="shard-0,shard-1"),
+        good_record(names=[0, 1]),
+        json.dumps({"version": 1, "keying": "shard", "shards": 2, "shard_names": "plain"}),
     ],
 )
 def test_an_unreadable_record_stops_the_job(tmp_path: Path, text: str) -> None:
+    assert keys_of(tmp_path, Keying.SHARD, 2, has_state=False)  # a good record first
     (tmp_path / KEYING_RECORD).write_text(text)
     with pytest.raises(ConfigError, match="its keying record is unreadable"):
-        checkpoint_keys(LocalSpark(), str(tmp_path), Keying.SHARD, 64, has_state=True)
+        keys_of(tmp_path, Keying.SHARD, 2, has_state=True)
 
 
 @pytest.mark.parametrize("partitions", ["auto", "0", None])
@@ -130,14 +195,78 @@ def test_a_new_checkpoint_needs_a_number_of_state_partitions(
     tmp_path: Path, partitions: Any
 ) -> None:
     with pytest.raises(ConfigError, match=r"spark\.sql\.shuffle\.partitions"):
-        checkpoint_keys(LocalSpark(partitions), str(tmp_path), Keying.SHARD, 64, has_state=False)
+        keys_of(tmp_path, Keying.SHARD, 64, has_state=False, partitions=partitions)
     assert not (tmp_path / KEYING_RECORD).exists()
 
 
-def test_a_checkpoint_without_state_is_recorded_afresh(tmp_path: Path) -> None:
-    """A start that never committed a batch left no group under any key: the next start may
-    change the keying, and its record says the new one."""
-    checkpoint_keys(LocalSpark("8"), str(tmp_path), Keying.SHARD, 64, has_state=False)
-    keys = checkpoint_keys(LocalSpark("4"), str(tmp_path), Keying.SHARD, 32, has_state=False)
-    assert keys == SparkKeys(Keying.SHARD, 32, ShardNames.BALANCED, 4)
-    assert record(tmp_path)["shards"] == 32
+# --- the record's file -----------------------------------------------------------------------
+
+
+def test_a_record_is_not_written_over_unless_asked(tmp_path: Path) -> None:
+    spark = LocalSpark()
+    write_record(spark, str(tmp_path), "one", replace=False)
+    with pytest.raises(RecordError, match="exists"):
+        write_record(spark, str(tmp_path), "two", replace=False)
+    assert read_record(spark, str(tmp_path)) == "one"
+    write_record(spark, str(tmp_path), "two", replace=True)
+    assert read_record(spark, str(tmp_path)) == "two"
+    assert [p.name for p in tmp_path.iterdir()] == [KEYING_RECORD]  # nothing left aside
+
+
+def test_a_record_written_through_spark_is_read_from_its_parts(tmp_path: Path) -> None:
+    """A task attempt may leave its part file beside the committed one: the same line twice
+    is the record; two different lines are refused. A new record replaces the directory."""
+    spark = LocalSpark()
+    folder = tmp_path / KEYING_RECORD
+    folder.mkdir()
+    (folder / "part-00000-a.txt").write_text("one\n")
+    (folder / "part-00000-b.txt").write_text("one\n")
+    (folder / "_SUCCESS").write_text("")
+    assert read_record(spark, str(tmp_path)) == "one"
+    (folder / "part-00001-c.txt").write_text("two\n")
+    with pytest.raises(RecordError, match="2 different records"):
+        read_record(spark, str(tmp_path))
+    write_record(spark, str(tmp_path), "three", replace=True)
+    assert read_record(spark, str(tmp_path)) == "three"
+
+
+class RemoteSpark:
+    """A session whose default file system is not this machine's (or Spark Connect's, with no
+    JVM gateway): the record goes through its text source and writer."""
+
+    def __init__(self, error: str | None = None, lines: list[str] | None = None) -> None:
+        self.error, self.lines, self.asked = error, lines or [], []
+
+    @property
+    def read(self) -> Any:
+        return self
+
+    def text(self, location: str) -> Any:
+        self.asked.append(location)
+        if self.error is not None:
+            raise RuntimeError(self.error)
+        return self
+
+    def collect(self) -> list[tuple[str]]:
+        return [(line,) for line in self.lines]
+
+
+def test_a_checkpoint_elsewhere_is_read_through_spark(tmp_path: Path) -> None:
+    """Also a local-looking path: with no JVM here (Spark Connect) it is the server's."""
+    spark = RemoteSpark(lines=["one", "one"])
+    assert read_record(spark, str(tmp_path)) == "one"
+    assert spark.asked == [f"{tmp_path}/{KEYING_RECORD}"]
+    missing = "[PATH_NOT_FOUND] Path does not exist: s3://b/c/controlplane_keying.json."
+    assert read_record(RemoteSpark(error=missing), "s3://b/c") is None
+    with pytest.raises(RecordError, match="Access Denied"):
+        read_record(RemoteSpark(error="Access Denied\n\tat org.apache..."), "s3://b/c")
+    with pytest.raises(RecordError, match="cannot be read back"):
+        read_record(RemoteSpark(), "s3://b/run[1]")
+
+
+def test_the_keys_of_a_state_not_yet_committed_are_none() -> None:
+    """A checkpoint started before the record whose first batch was planned, not committed."""
+    error = "[STDS_COMMITTED_BATCH_UNAVAILABLE] No committed batch found"
+    assert existing_state_keys(Session(error=error), "s3://b/c") == []
+    with pytest.raises(ConfigError, match="its state's keys cannot be read: no access"):
+        existing_state_keys(Session(error="no access\nat org.apache..."), "s3://b/c")

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from controlplane.core.config import ConfigError
 from controlplane.engine import queries
-from controlplane.engine.checkpoints import checkpoint_keys
+from controlplane.engine.checkpoints import checkpoint_keys, existing_state_keys
 from controlplane.engine.keying import (
     ShardNames,
     SparkKeys,
@@ -100,12 +100,31 @@ def test_the_stateful_operator_puts_each_shard_where_the_engine_says(
     assert max(per_partition) == 12  # the plain names: one partition holds 12 of the 64
 
 
-def test_a_new_engine_checkpoint_records_balanced_names(spark: Any, tmp_path: Path) -> None:
+def test_a_new_engine_checkpoint_keeps_its_shards_under_balanced_names(
+    spark: Any, tmp_path: Path
+) -> None:
     options = options_for(tmp_path)
     started_with(spark, options, "spark.sql.shuffle.partitions", "4", "fresh")
     checkpoint = options.checkpoint("coordinator")
     keys = checkpoint_keys(spark, checkpoint, Keying.SHARD, options.shards, has_state=True)
     assert keys == SparkKeys(Keying.SHARD, options.shards, ShardNames.BALANCED, 4)
+    held = existing_state_keys(spark, checkpoint)  # what the state store really holds
+    assert held
+    assert set(held) <= set(keys.shard_names)
+    assert keys.of("fresh") in held
+
+
+def test_the_spark_expression_keys_as_the_python_keyer_does(spark: Any) -> None:
+    """The coordinator keys in Spark (``column``), the quota in Python (``of``)."""
+    groups = ["", "orders", "payments", "é€😀", *(f"group-{i}" for i in range(500))]
+    frame = spark.createDataFrame([(g,) for g in groups] + [(None,)], "g string")
+    for keys in (
+        SparkKeys(Keying.SHARD, 64, ShardNames.BALANCED, 8),
+        SparkKeys(Keying.SHARD, 16),
+        SparkKeys(Keying.GROUP, 16),
+    ):
+        rows = frame.select("g", keys.column(F.col("g")).alias("k")).collect()
+        assert [(r.g, r.k) for r in rows] == [(r.g, keys.of(r.g)) for r in rows]
 
 
 def test_a_checkpoint_without_a_keying_record_restarts_with_its_groups(
@@ -137,7 +156,7 @@ def test_the_record_of_a_checkpoint_spark_resolves_is_written_through_spark(
     checkpoint = str(tmp_path / "not-yet")
     monkeypatch.setattr(checkpoint_files, "_default_fs_is_local", lambda _spark: False)
     assert read_record(spark, checkpoint) is None
-    write_record(spark, checkpoint, '{"version": 1}')
+    write_record(spark, checkpoint, '{"version": 1}', replace=False)
     assert (tmp_path / "not-yet" / KEYING_RECORD).is_dir()  # Spark's output directory
     assert read_record(spark, checkpoint) == '{"version": 1}'  # here now: read directly
     monkeypatch.setattr(checkpoint_files, "_here", lambda _spark, _checkpoint: None)
@@ -147,6 +166,6 @@ def test_the_record_of_a_checkpoint_spark_resolves_is_written_through_spark(
 def test_a_local_session_writes_a_new_checkpoints_record_itself(spark: Any, tmp_path: Path) -> None:
     """Spark's default file system here is the machine's: no Spark job for a file."""
     checkpoint = str(tmp_path / "new" / "coordinator")
-    write_record(spark, checkpoint, '{"version": 1}')
+    write_record(spark, checkpoint, '{"version": 1}', replace=False)
     assert (tmp_path / "new" / "coordinator" / KEYING_RECORD).is_file()
     assert read_record(spark, checkpoint) == '{"version": 1}'

@@ -30,7 +30,12 @@ from controlplane.core.config import ConfigError
 from controlplane.engine.adapter import StateFormat
 from controlplane.engine.keying import ShardNames, SparkKeys
 from controlplane.engine.options import Keying
-from controlplane.io.checkpoint import local_state_schema, read_record, write_record
+from controlplane.io.checkpoint import (
+    RecordError,
+    local_state_schema,
+    read_record,
+    write_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,27 +108,73 @@ def checkpoint_keys(
     holds no group under any key: it gets balanced shard names over the session's state
     partitions, whatever an earlier start that never committed a batch recorded. One with
     state: its record's keys, which must agree with ``keying`` and ``shards`` (else a
-    ConfigError); without a record (started before the record was kept) the plain names."""
-    if not has_state:
-        keys = SparkKeys(keying, shards, ShardNames.BALANCED, state_partitions(spark))
-        write_record(spark, checkpoint, record_text(keys))
+    ConfigError); without a record (started before the record was kept) the plain names, once
+    its state's keys are found to be among them."""
+    try:
+        if not has_state:
+            keys = _fresh_keys(spark, keying, shards)
+            write_record(spark, checkpoint, record_text(keys), replace=True)
+            return keys
+        text = read_record(spark, checkpoint)
+        if text is not None:
+            keys = parse_record(text, checkpoint)
+            _check_unchanged(keys, keying, shards, checkpoint)
+            return keys
+        keys = _keys_before_the_record(spark, checkpoint, keying, shards)
+        write_record(spark, checkpoint, record_text(keys), replace=False)
         return keys
-    text = read_record(spark, checkpoint)
-    if text is not None:
-        keys = parse_record(text, checkpoint)
-        _check_unchanged(keys, keying, shards, checkpoint)
-        return keys
+    except RecordError as exc:
+        raise ConfigError(f"checkpoint {checkpoint}: its keying record: {exc}") from exc
+
+
+def _fresh_keys(spark: Any, keying: Keying, shards: int) -> SparkKeys:
+    if keying is Keying.GROUP:
+        return SparkKeys(keying, shards)
+    return SparkKeys(keying, shards, ShardNames.BALANCED, state_partitions(spark))
+
+
+def _keys_before_the_record(spark: Any, checkpoint: str, keying: Keying, shards: int) -> SparkKeys:
+    """A checkpoint started before the record: its shards are under the plain names, and its
+    keying and shard count can only be assumed to be the configured ones. Its state's keys
+    must be among those names (a record lost or unread would otherwise be replaced by a wrong
+    one)."""
     keys = SparkKeys(keying, shards, ShardNames.PLAIN)
+    if keying is Keying.SHARD:
+        strangers = sorted(set(existing_state_keys(spark, checkpoint)) - set(keys.shard_names))
+        if strangers:
+            raise ConfigError(
+                f"checkpoint {checkpoint} has no keying record, and its state is not under the"
+                f" plain names of {shards} shards (it holds {', '.join(strangers[:3])}): its"
+                " record is missing or the shard count changed; a new checkpoint is needed"
+            )
     log.warning(
         "checkpoint %s has state but no keying record (started by an earlier version):"
-        " assuming it was started with %s keying and %d shards, as configured now,"
-        " under the plain shard names; recorded",
+        " assuming it was started with %s keying and %d shards, as configured now, under the"
+        " plain shard names; recorded",
         checkpoint,
         keying,
         shards,
     )
-    write_record(spark, checkpoint, record_text(keys))
     return keys
+
+
+def existing_state_keys(spark: Any, checkpoint: str) -> list[str]:
+    """The Spark keys the checkpoint's committed state holds (the state data source: a Spark
+    job over the whole state, run once, for a checkpoint started before the record); none
+    before its first batch is committed."""
+    try:
+        frame = spark.read.format("statestore").load(checkpoint)
+        rows = frame.select(F_KEY).distinct().collect()
+    except Exception as exc:  # Spark's errors, through py4j or Spark Connect
+        if NO_COMMITTED_BATCH in str(exc):
+            return []
+        raise ConfigError(
+            f"checkpoint {checkpoint}: its state's keys cannot be read: {_first_line(exc)}"
+        ) from exc
+    return [str(row[0]) for row in rows]
+
+
+F_KEY: Final = "key.key"  # the state data source's key struct holds the grouping column "key"
 
 
 def state_partitions(spark: Any) -> int:
@@ -142,35 +193,45 @@ def state_partitions(spark: Any) -> int:
     return partitions
 
 
-def record_text(keys: SparkKeys) -> str:
-    return json.dumps(
-        {
-            "version": RECORD_VERSION,
-            "keying": keys.keying.value,
-            "shards": keys.shards,
-            "shard_names": keys.names.value,
-            "partitions": keys.partitions,
-        },
-        sort_keys=True,
-    )
-
-
 RECORD_VERSION: Final = 1
 
 
+def record_text(keys: SparkKeys) -> str:
+    """One line of JSON: the keying, the shard count, how the names were made (and over how
+    many partitions), and the names themselves under shard keying."""
+    record: dict[str, Any] = {
+        "version": RECORD_VERSION,
+        "keying": keys.keying.value,
+        "shards": keys.shards,
+        "shard_names": keys.names.value,
+        "partitions": keys.partitions,
+    }
+    if keys.keying is Keying.SHARD:
+        record["names"] = list(keys.shard_names)
+    return json.dumps(record, sort_keys=True)
+
+
 def parse_record(text: str, checkpoint: str) -> SparkKeys:
-    """The keys a record says; a ConfigError for one this build cannot read."""
+    """The keys a record says, its names as written; a ConfigError for one this build cannot
+    read."""
     try:
         record = json.loads(text)
         if record.get("version") != RECORD_VERSION:
             found = record.get("version")
             raise ValueError(f"version {found!r}, this build reads {RECORD_VERSION}")
+        keying = Keying(record["keying"])
         partitions = record.get("partitions")
+        names = record["names"] if keying is Keying.SHARD else []
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError("its names are not a list of texts")
+        if keying is Keying.SHARD and len(names) != record["shards"]:
+            raise ValueError(f"{len(names)} names for {record['shards']} shards")
         return SparkKeys(
-            Keying(record["keying"]),
+            keying,
             _whole(record["shards"]),
             ShardNames(record["shard_names"]),
             None if partitions is None else _whole(partitions),
+            tuple(names),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(

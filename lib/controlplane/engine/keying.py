@@ -46,22 +46,29 @@ def shard_of(key: str, shards: int) -> int:
 class SparkKeys:
     """How a group id / quota key becomes its Spark grouping key: itself (``group`` keying), or
     its shard's name (``shard``). ``partitions`` (the query's state partitions) is what the
-    balanced names are balanced over; plain names do not need it."""
+    balanced names are balanced over; plain names do not need it. ``shard_names`` (by shard
+    number) are computed from the rest unless given: a checkpoint's record gives the names it
+    holds, so no later change to how names are found can rename its shards."""
 
     keying: Keying
     shards: int
     names: ShardNames = ShardNames.PLAIN
     partitions: int | None = None
+    shard_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.shards < 1:
             raise ValueError(f"shards must be >= 1, got {self.shards}")
         if self.names is ShardNames.BALANCED and (self.partitions is None or self.partitions < 1):
             raise ValueError(f"balanced shard names need partitions >= 1, got {self.partitions}")
+        if self.keying is Keying.GROUP:
+            return
+        if not self.shard_names:
+            object.__setattr__(self, "shard_names", self._computed_names())
+        elif len(self.shard_names) != self.shards or len(set(self.shard_names)) != self.shards:
+            raise ValueError(f"{self.shards} shards need as many distinct names")
 
-    @property
-    def shard_names(self) -> tuple[str, ...]:
-        """The Spark key of each shard, by shard number."""
+    def _computed_names(self) -> tuple[str, ...]:
         if self.names is ShardNames.PLAIN:
             return tuple(f"{SHARD_PREFIX}{n}" for n in range(self.shards))
         assert self.partitions is not None

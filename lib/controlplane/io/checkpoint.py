@@ -11,6 +11,7 @@ other, which reach every file system Spark does, Spark Connect included.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any, Final
@@ -50,46 +51,69 @@ def _has_commits(commits: Path) -> bool:
     return commits.is_dir() and any(entry.name.isdigit() for entry in commits.iterdir())
 
 
+class RecordError(Exception):
+    """A keying record that cannot be read or written as asked."""
+
+
 def read_record(spark: Any, checkpoint: str) -> str | None:
-    """The checkpoint's keying record as text; None when it has none."""
+    """The checkpoint's keying record (its one line); None when it has none."""
     here = _here(spark, checkpoint)
     if here is None:
-        return _read_through_spark(spark, _record_location(checkpoint))
+        return _one_line(_read_through_spark(spark, _record_location(checkpoint)))
     path = here / KEYING_RECORD
     try:
-        if path.is_dir():  # written through Spark (a new checkpoint at a plain path)
-            parts = (part.read_text(encoding="utf-8").splitlines() for part in _parts(path))
-            return "\n".join(line for lines in parts for line in lines)
-        return path.read_text(encoding="utf-8")
+        if path.is_dir():  # written through Spark: its part files
+            lines = [line for part in _parts(path) for line in _lines(part)]
+        else:
+            lines = _lines(path)
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"{path}: {exc}") from exc
+    return _one_line(lines)
 
 
-def write_record(spark: Any, checkpoint: str, text: str) -> None:
-    """Write the checkpoint's keying record (one line of text). On this machine the file
-    appears whole (written aside, then renamed), the checkpoint's directory created if need
-    be; elsewhere Spark writes it, as its text output."""
+def write_record(spark: Any, checkpoint: str, text: str, *, replace: bool) -> None:
+    """Write the checkpoint's keying record (one line). ``replace``: over a record already
+    there; else a RecordError if one is. On this machine the file appears whole (written
+    aside, then renamed or linked into place), the checkpoint's directory created if need be;
+    elsewhere Spark's text writer writes it."""
     here = _here(spark, checkpoint)
     if here is None:
+        location = _record_location(checkpoint)
         frame = spark.createDataFrame([(text,)], "value string").coalesce(1)
-        frame.write.mode("overwrite").text(_record_location(checkpoint))
+        try:
+            frame.write.mode("overwrite" if replace else "errorifexists").text(location)
+        except Exception as exc:  # Spark's errors, through py4j or Spark Connect
+            raise RecordError(f"{location}: {_first_line(exc)}") from exc
         return
-    here.mkdir(parents=True, exist_ok=True)
-    aside = here / f".{KEYING_RECORD}.{uuid.uuid4().hex}.tmp"
-    aside.write_text(text, encoding="utf-8")
-    os.replace(aside, here / KEYING_RECORD)
+    target = here / KEYING_RECORD
+    try:
+        here.mkdir(parents=True, exist_ok=True)
+        aside = here / f".{KEYING_RECORD}.{uuid.uuid4().hex}.tmp"
+        aside.write_text(text + "\n", encoding="utf-8")
+        if replace:
+            if target.is_dir():  # an earlier start's record written through Spark
+                shutil.rmtree(target)
+            os.replace(aside, target)
+            return
+        try:
+            os.link(aside, target)  # fails if a record is there
+        finally:
+            aside.unlink()
+    except OSError as exc:
+        raise RecordError(f"{target}: {exc}") from exc
 
 
 def _here(spark: Any, checkpoint: str) -> Path | None:
-    """The checkpoint as a path on this machine: a ``file:`` URI, a plain path that exists
-    here, or one that does not yet when Spark's default file system is this machine's (a local
-    session). Any other plain path is Spark's to resolve (DBFS on Databricks)."""
+    """The checkpoint as a path on this machine, when Spark's default file system is this
+    machine's (a local session) and the checkpoint is a plain path or a ``file:`` URI; else
+    None, and Spark reads and writes it (Databricks: DBFS or a volume; Spark Connect: a
+    server elsewhere)."""
     root = local_path(checkpoint)
-    if root is None:
+    if root is None or not _default_fs_is_local(spark):
         return None
-    if checkpoint.startswith("file:") or root.is_dir() or _default_fs_is_local(spark):
-        return root
-    return None
+    return root
 
 
 def _default_fs_is_local(spark: Any) -> bool:
@@ -102,19 +126,47 @@ def _default_fs_is_local(spark: Any) -> bool:
     return isinstance(default_fs, str) and default_fs.startswith("file:")
 
 
+_GLOB: Final = frozenset("[]{}*?\\")
+
+
 def _record_location(checkpoint: str) -> str:
-    return f"{checkpoint.rstrip('/')}/{KEYING_RECORD}"
+    location = f"{checkpoint.rstrip('/')}/{KEYING_RECORD}"
+    if _GLOB & set(location):
+        # Spark's readers expand these as a glob: the record written at the literal path
+        # would not be found, and a checkpoint without its record restarts as an old one
+        raise RecordError(f"{location}: a path with any of []{{}}*?\\ in it cannot be read back")
+    return location
 
 
-def _read_through_spark(spark: Any, location: str) -> str | None:
+def _read_through_spark(spark: Any, location: str) -> list[str] | None:
     try:
-        lines = spark.read.text(location).collect()
+        rows = spark.read.text(location).collect()
     except Exception as exc:  # Spark's errors, through py4j or Spark Connect
         if _PATH_NOT_FOUND in str(exc):
             return None
-        raise
-    return "\n".join(row[0] for row in lines)
+        raise RecordError(f"{location}: {_first_line(exc)}") from exc
+    return [str(row[0]) for row in rows]
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def _one_line(lines: list[str] | None) -> str | None:
+    """The record's line: a record written through Spark may hold it more than once (a task
+    attempt's leftover part file), and never two different ones."""
+    if lines is None:
+        return None
+    distinct = {line.strip() for line in lines if line.strip()}
+    if len(distinct) > 1:
+        raise RecordError(f"{len(distinct)} different records in one")
+    return distinct.pop() if distinct else None
 
 
 def _parts(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.startswith("part-"))
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
