@@ -994,7 +994,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--groups", default="100,1000,10000")
     parser.add_argument("--keyings", default="group,shard")
     parser.add_argument("--writers", default="delta-rs", help="delta-rs and/or native")
-    parser.add_argument("--shards", type=int, default=64)
+    parser.add_argument(
+        "--shards", type=int, default=16, help="under shard keying (conf/local.yaml: 16)"
+    )
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--out", default="out/bench/engine")
     parser.add_argument("--idle", type=int, default=0, help="idle batches with N groups")
