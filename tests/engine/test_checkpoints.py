@@ -116,7 +116,32 @@ def spark_schema_file(checkpoint: Path, blob: str) -> None:
     )
 
 
+class HadoopConf:
+    def __init__(self, default_fs: str) -> None:
+        self.default_fs = default_fs
+
+    def get(self, name: str) -> str:
+        assert name == "fs.defaultFS"
+        return self.default_fs
+
+
+class Context:
+    """A SparkContext as io.checkpoint asks it for Spark's default file system."""
+
+    def __init__(self, default_fs: str = "file:///") -> None:
+        self._jsc = self
+        self.hadoop = HadoopConf(default_fs)
+
+    def hadoopConfiguration(self) -> HadoopConf:
+        return self.hadoop
+
+
 class NoSpark:
+    """A local session (its default file system this machine's) that must not be asked to
+    read: a checkpoint here is read from its files."""
+
+    sparkContext = Context()
+
     @property
     def read(self) -> Any:
         raise AssertionError("a local checkpoint is read from its file, not through Spark")
@@ -162,3 +187,15 @@ def test_a_local_checkpoint_whose_state_is_not_the_engines_is_a_config_error(
     spark_schema_file(tmp_path / "other", "long")
     with pytest.raises(ConfigError, match="its state is not this engine's"):
         state_format_of(NoSpark(), str(tmp_path / "other"))
+
+
+def test_a_checkpoint_path_is_this_machines_only_in_a_local_session(tmp_path: Path) -> None:
+    """A plain path or a file: URI that exists here is still Spark's to read when its default
+    file system is elsewhere (DBFS) or the session has no JVM here (Spark Connect)."""
+    spark_schema_file(tmp_path / "coordinator", "string")  # a look-alike here
+    elsewhere = Session(reader_schema("binary"))
+    for checkpoint in (str(tmp_path / "coordinator"), (tmp_path / "coordinator").as_uri()):
+        assert state_format_of(elsewhere, checkpoint) is StateFormat.BINARY
+        elsewhere.sparkContext = Context("dbfs:/")  # type: ignore[attr-defined]
+        assert state_format_of(elsewhere, checkpoint) is StateFormat.BINARY
+        del elsewhere.sparkContext  # type: ignore[attr-defined]

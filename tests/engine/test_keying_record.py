@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ import pytest
 
 from controlplane.core.config import ConfigError
 from controlplane.engine import checkpoints
-from controlplane.engine.checkpoints import checkpoint_keys, existing_state_keys
+from controlplane.engine.adapter import StateFormat
+from controlplane.engine.checkpoints import checkpoint_keys, state_keys
 from controlplane.engine.keying import ShardNames, SparkKeys, balanced_names
 from controlplane.engine.options import Keying
 from controlplane.io.checkpoint import KEYING_RECORD, RecordError, read_record, write_record
@@ -30,24 +32,6 @@ class Conf:
         return self.partitions
 
 
-class HadoopConf:
-    def __init__(self, default_fs: str) -> None:
-        self.default_fs = default_fs
-
-    def get(self, name: str) -> str:
-        assert name == "fs.defaultFS"
-        return self.default_fs
-
-
-class Context:
-    def __init__(self, default_fs: str) -> None:
-        self._jsc = self
-        self.hadoop = HadoopConf(default_fs)
-
-    def hadoopConfiguration(self) -> HadoopConf:
-        return self.hadoop
-
-
 class LocalSpark(NoSpark):
     """A local session as the record sees it: its shuffle partitions, and a default file
     system on this machine, so the checkpoint's files are read and written directly (NoSpark
@@ -55,7 +39,6 @@ class LocalSpark(NoSpark):
 
     def __init__(self, partitions: Any = "8") -> None:
         self.conf = Conf(partitions)
-        self.sparkContext = Context("file:///")
 
 
 def record(checkpoint: Path) -> dict[str, Any]:
@@ -64,7 +47,12 @@ def record(checkpoint: Path) -> dict[str, Any]:
 
 
 def keys_of(checkpoint: Path, keying: Keying, shards: int, *, has_state: bool, **kw: Any) -> Any:
-    return checkpoint_keys(LocalSpark(**kw), str(checkpoint), keying, shards, has_state=has_state)
+    """The keys of a local checkpoint with (``has_state``: a committed batch) or without state."""
+    if has_state:
+        (checkpoint / "commits").mkdir(parents=True, exist_ok=True)
+        (checkpoint / "commits" / "0").write_text("v1\n{}")
+    existing = StateFormat.TEXT if has_state else None
+    return checkpoint_keys(LocalSpark(**kw), str(checkpoint), keying, shards, existing=existing)
 
 
 def test_a_new_checkpoint_gets_balanced_names_over_the_sessions_partitions(
@@ -92,13 +80,15 @@ def test_a_restart_keeps_the_recorded_names_whatever_the_session_says_now(
     assert again == first
 
 
-def test_the_recorded_names_are_used_as_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("names", ["balanced", "plain"])
+def test_the_recorded_names_are_used_as_written(tmp_path: Path, names: str) -> None:
     """A later build that found names another way must not rename a checkpoint's shards."""
     keys_of(tmp_path, Keying.SHARD, 4, has_state=False, partitions="2")
-    written = record(tmp_path) | {"names": ["a", "b", "c", "d"]}
+    written = record(tmp_path) | {"shard_names": names, "names": ["a", "b", "c", "d"]}
     (tmp_path / KEYING_RECORD).write_text(json.dumps(written))
     keys = keys_of(tmp_path, Keying.SHARD, 4, has_state=True)
     assert keys.shard_names == ("a", "b", "c", "d")
+    assert keys.of("orders") == "abcd"[3845127662 % 4]
 
 
 @pytest.mark.parametrize(
@@ -115,7 +105,7 @@ def test_a_changed_keying_or_shard_count_is_refused_before_the_query_starts(
     with pytest.raises(ConfigError, match="holds state under shard keying with 64 shards") as err:
         keys_of(tmp_path, keying, shards, has_state=True)
     assert f"the configuration says {said}" in str(err.value)
-    assert "needs a new checkpoint" in str(err.value)
+    assert "configure shard keying with 64 shards to restart this checkpoint" in str(err.value)
 
 
 def test_group_keying_ignores_the_shard_count_and_the_partitions(tmp_path: Path) -> None:
@@ -130,7 +120,7 @@ def test_state_without_a_record_keeps_the_plain_names_and_is_recorded(
 ) -> None:
     """A checkpoint started before the record was kept: its shards are under shard-<n>."""
     held = ["shard-3", "shard-17"]
-    monkeypatch.setattr(checkpoints, "existing_state_keys", lambda _spark, _path: held)
+    monkeypatch.setattr(checkpoints, "state_keys", held_keys(held))
     with caplog.at_level(logging.WARNING):
         keys = keys_of(tmp_path, Keying.SHARD, 64, has_state=True)
     assert keys == SparkKeys(Keying.SHARD, 64, ShardNames.PLAIN)
@@ -141,24 +131,75 @@ def test_state_without_a_record_keeps_the_plain_names_and_is_recorded(
         keys_of(tmp_path, Keying.SHARD, 8, has_state=True)
 
 
-@pytest.mark.parametrize("held", [["shard-3", "shard-64"], ["shard-3.2"]])
+def held_keys(held: list[str]) -> Any:
+    """checkpoints.state_keys over a state that holds ``held``."""
+
+    def state_keys(
+        _spark: Any,
+        _checkpoint: str,
+        *,
+        outside: tuple[str, ...] = (),
+        not_matching: str | None = None,
+        limit: int = 3,
+    ) -> list[str]:
+        found = [k for k in held if k not in outside]
+        if not_matching is not None:
+            found = [k for k in found if not re.match(not_matching, k)]
+        return sorted(found)[:limit]
+
+    return state_keys
+
+
+@pytest.mark.parametrize(
+    ("held", "named"),
+    [
+        (["shard-3", "shard-64"], "shard-64"),  # more shards than configured
+        (["shard-3.2"], "shard-3.2"),  # balanced names whose record is gone
+        (["orders", "payments"], "orders, payments"),  # group keying
+    ],
+)
 def test_state_without_a_record_under_other_names_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: list[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: list[str], named: str
 ) -> None:
-    """Another shard count, or balanced names whose record is gone: no guess is recorded."""
-    monkeypatch.setattr(checkpoints, "existing_state_keys", lambda _spark, _path: held)
-    with pytest.raises(ConfigError, match="not under the plain names of 64 shards"):
+    """No guess is recorded; the message says what the state holds."""
+    monkeypatch.setattr(checkpoints, "state_keys", held_keys(held))
+    with pytest.raises(ConfigError, match="not under the plain names of 64 shards") as err:
         keys_of(tmp_path, Keying.SHARD, 64, has_state=True)
+    assert f"it holds {named}" in str(err.value)
     assert not (tmp_path / KEYING_RECORD).exists()
+
+
+def test_group_keying_of_a_state_without_a_record_under_shard_names_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkpoints, "state_keys", held_keys(["shard-0", "shard-1.5"]))
+    with pytest.raises(ConfigError, match="it was started with shard keying"):
+        keys_of(tmp_path, Keying.GROUP, 64, has_state=True)
+    monkeypatch.setattr(checkpoints, "state_keys", held_keys(["shard-0", "orders"]))
+    assert keys_of(tmp_path, Keying.GROUP, 64, has_state=True) == SparkKeys(Keying.GROUP, 64)
 
 
 def test_a_checkpoint_without_state_is_recorded_afresh(tmp_path: Path) -> None:
     """A start that never committed a batch left no group under any key: the next start may
-    change the keying, and its record says the new one."""
-    keys_of(tmp_path, Keying.SHARD, 64, has_state=False, partitions="8")
+    change the keying, and its record says the new one; one that agrees is kept as it was
+    (its names made for the partitions Spark recorded with its first batch)."""
+    first = keys_of(tmp_path, Keying.SHARD, 64, has_state=False, partitions="8")
+    assert keys_of(tmp_path, Keying.SHARD, 64, has_state=False, partitions="2") == first
     keys = keys_of(tmp_path, Keying.SHARD, 32, has_state=False, partitions="4")
     assert keys == SparkKeys(Keying.SHARD, 32, ShardNames.BALANCED, 4)
     assert record(tmp_path)["shards"] == 32
+    (tmp_path / KEYING_RECORD).write_text("{damaged")
+    assert keys_of(tmp_path, Keying.SHARD, 32, has_state=False, partitions="4") == keys
+
+
+def test_a_planned_batch_is_not_state(tmp_path: Path) -> None:
+    """Here a checkpoint has state once its commit log has a batch, not once Spark wrote its
+    state schema while planning the first one."""
+    keys_of(tmp_path, Keying.SHARD, 64, has_state=False)
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("v1")
+    keys = checkpoint_keys(LocalSpark(), str(tmp_path), Keying.SHARD, 16, existing=StateFormat.TEXT)
+    assert keys.shards == 16
 
 
 def good_record(**changes: Any) -> str:
@@ -184,7 +225,8 @@ def good_record(**changes: Any) -> str:
     ],
 )
 def test_an_unreadable_record_stops_the_job(tmp_path: Path, text: str) -> None:
-    assert keys_of(tmp_path, Keying.SHARD, 2, has_state=False)  # a good record first
+    (tmp_path / KEYING_RECORD).write_text(good_record())
+    assert keys_of(tmp_path, Keying.SHARD, 2, has_state=True) == SparkKeys(Keying.SHARD, 2)
     (tmp_path / KEYING_RECORD).write_text(text)
     with pytest.raises(ConfigError, match="its keying record is unreadable"):
         keys_of(tmp_path, Keying.SHARD, 2, has_state=True)
@@ -205,7 +247,7 @@ def test_a_new_checkpoint_needs_a_number_of_state_partitions(
 def test_a_record_is_not_written_over_unless_asked(tmp_path: Path) -> None:
     spark = LocalSpark()
     write_record(spark, str(tmp_path), "one", replace=False)
-    with pytest.raises(RecordError, match="exists"):
+    with pytest.raises(RecordError, match="a record is there already"):
         write_record(spark, str(tmp_path), "two", replace=False)
     assert read_record(spark, str(tmp_path)) == "one"
     write_record(spark, str(tmp_path), "two", replace=True)
@@ -225,6 +267,10 @@ def test_a_record_written_through_spark_is_read_from_its_parts(tmp_path: Path) -
     assert read_record(spark, str(tmp_path)) == "one"
     (folder / "part-00001-c.txt").write_text("two\n")
     with pytest.raises(RecordError, match="2 different records"):
+        read_record(spark, str(tmp_path))
+    for part in folder.glob("part-*"):
+        part.write_text("")
+    with pytest.raises(RecordError, match="empty"):  # not "no record"
         read_record(spark, str(tmp_path))
     write_record(spark, str(tmp_path), "three", replace=True)
     assert read_record(spark, str(tmp_path)) == "three"
@@ -252,21 +298,27 @@ class RemoteSpark:
 
 
 def test_a_checkpoint_elsewhere_is_read_through_spark(tmp_path: Path) -> None:
-    """Also a local-looking path: with no JVM here (Spark Connect) it is the server's."""
+    """Also a local-looking path or file: URI: with no JVM here (Spark Connect) it is the
+    server's. Spark's reader would expand glob characters: they are escaped."""
     spark = RemoteSpark(lines=["one", "one"])
     assert read_record(spark, str(tmp_path)) == "one"
-    assert spark.asked == [f"{tmp_path}/{KEYING_RECORD}"]
+    assert read_record(spark, tmp_path.as_uri()) == "one"
+    assert read_record(spark, "s3://b/run[1]") == "one"
+    assert spark.asked == [
+        f"{tmp_path}/{KEYING_RECORD}",
+        f"{tmp_path.as_uri()}/{KEYING_RECORD}",
+        f"s3://b/run\\[1\\]/{KEYING_RECORD}",
+    ]
     missing = "[PATH_NOT_FOUND] Path does not exist: s3://b/c/controlplane_keying.json."
     assert read_record(RemoteSpark(error=missing), "s3://b/c") is None
     with pytest.raises(RecordError, match="Access Denied"):
         read_record(RemoteSpark(error="Access Denied\n\tat org.apache..."), "s3://b/c")
-    with pytest.raises(RecordError, match="cannot be read back"):
-        read_record(RemoteSpark(), "s3://b/run[1]")
+    with pytest.raises(RecordError, match="empty"):
+        read_record(RemoteSpark(lines=[""]), "s3://b/c")
 
 
 def test_the_keys_of_a_state_not_yet_committed_are_none() -> None:
-    """A checkpoint started before the record whose first batch was planned, not committed."""
     error = "[STDS_COMMITTED_BATCH_UNAVAILABLE] No committed batch found"
-    assert existing_state_keys(Session(error=error), "s3://b/c") == []
+    assert state_keys(Session(error=error), "s3://b/c") == []
     with pytest.raises(ConfigError, match="its state's keys cannot be read: no access"):
-        existing_state_keys(Session(error="no access\nat org.apache..."), "s3://b/c")
+        state_keys(Session(error="no access\nat org.apache..."), "s3://b/c")

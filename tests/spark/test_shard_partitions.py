@@ -16,7 +16,8 @@ from pyspark.sql import functions as F
 
 from controlplane.core.config import ConfigError
 from controlplane.engine import queries
-from controlplane.engine.checkpoints import checkpoint_keys, existing_state_keys
+from controlplane.engine.adapter import StateFormat
+from controlplane.engine.checkpoints import checkpoint_keys, state_keys
 from controlplane.engine.keying import (
     ShardNames,
     SparkKeys,
@@ -26,7 +27,7 @@ from controlplane.engine.keying import (
 )
 from controlplane.engine.options import Keying
 from controlplane.io import checkpoint as checkpoint_files
-from controlplane.io.checkpoint import KEYING_RECORD, read_record, write_record
+from controlplane.io.checkpoint import KEYING_RECORD, RecordError, read_record, write_record
 from spark.conftest import drop_events
 from spark.test_processing_time import (
     known_after_a_restart,
@@ -106,9 +107,10 @@ def test_a_new_engine_checkpoint_keeps_its_shards_under_balanced_names(
     options = options_for(tmp_path)
     started_with(spark, options, "spark.sql.shuffle.partitions", "4", "fresh")
     checkpoint = options.checkpoint("coordinator")
-    keys = checkpoint_keys(spark, checkpoint, Keying.SHARD, options.shards, has_state=True)
+    text = StateFormat.TEXT
+    keys = checkpoint_keys(spark, checkpoint, Keying.SHARD, options.shards, existing=text)
     assert keys == SparkKeys(Keying.SHARD, options.shards, ShardNames.BALANCED, 4)
-    held = existing_state_keys(spark, checkpoint)  # what the state store really holds
+    held = state_keys(spark, checkpoint, limit=100)  # what the state store really holds
     assert held
     assert set(held) <= set(keys.shard_names)
     assert keys.of("fresh") in held
@@ -143,24 +145,29 @@ def test_a_checkpoint_without_a_keying_record_restarts_with_its_groups(
     assert read_record(spark, checkpoint) is None
     known_after_a_restart(spark, options, "legacy", member)
     assert '"shard_names": "plain"' in str(read_record(spark, checkpoint))
-    with pytest.raises(ConfigError, match="needs a new checkpoint"):
+    with pytest.raises(ConfigError, match="configure shard keying with 4 shards to restart"):
         start(spark, replace(options, shards=8))
 
 
+@pytest.mark.parametrize("name", ["not-yet", "run[1]{a}"])
 def test_the_record_of_a_checkpoint_spark_resolves_is_written_through_spark(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    """A plain path that is not on this machine and not on Spark's local default file system
-    (DBFS on Databricks) is Spark's: the record is written and read through Spark's text
-    source, and read directly once it is here."""
-    checkpoint = str(tmp_path / "not-yet")
-    monkeypatch.setattr(checkpoint_files, "_default_fs_is_local", lambda _spark: False)
-    assert read_record(spark, checkpoint) is None
-    write_record(spark, checkpoint, '{"version": 1}', replace=False)
-    assert (tmp_path / "not-yet" / KEYING_RECORD).is_dir()  # Spark's output directory
-    assert read_record(spark, checkpoint) == '{"version": 1}'  # here now: read directly
-    monkeypatch.setattr(checkpoint_files, "_here", lambda _spark, _checkpoint: None)
-    assert read_record(spark, checkpoint) == '{"version": 1}'  # through Spark
+    """A checkpoint on a file system that is not Spark's local default (DBFS on Databricks) is
+    Spark's: the record is written and read through Spark's text writer and source (glob
+    characters in the path escaped for the reader), never over one that is there unless asked,
+    and read directly from Spark's output here."""
+    checkpoint = str(tmp_path / name)
+    with monkeypatch.context() as elsewhere:
+        elsewhere.setattr(checkpoint_files, "_default_fs_is_local", lambda _spark: False)
+        assert read_record(spark, checkpoint) is None
+        write_record(spark, checkpoint, '{"version": 1}', replace=False)
+        assert read_record(spark, checkpoint) == '{"version": 1}'
+        with pytest.raises(RecordError):
+            write_record(spark, checkpoint, '{"version": 2}', replace=False)
+        write_record(spark, checkpoint, '{"version": 3}', replace=True)
+    assert (tmp_path / name / KEYING_RECORD).is_dir()  # Spark's output directory
+    assert read_record(spark, checkpoint) == '{"version": 3}'  # here: read from its parts
 
 
 def test_a_local_session_writes_a_new_checkpoints_record_itself(spark: Any, tmp_path: Path) -> None:

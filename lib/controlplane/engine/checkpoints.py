@@ -32,6 +32,8 @@ from controlplane.engine.keying import ShardNames, SparkKeys
 from controlplane.engine.options import Keying
 from controlplane.io.checkpoint import (
     RecordError,
+    has_commits,
+    here,
     local_state_schema,
     read_record,
     write_record,
@@ -57,8 +59,10 @@ def state_format_of(spark: Any, checkpoint: str) -> StateFormat:
 
 
 def existing_state_format(spark: Any, checkpoint: str) -> StateFormat | None:
-    """``state_format_of``, None when the checkpoint has no state schema yet."""
-    local = local_state_schema(checkpoint, STATEFUL_OPERATOR_ID)
+    """``state_format_of``, None when the checkpoint has no state schema yet (through Spark:
+    no committed batch)."""
+    root = here(spark, checkpoint)
+    local = None if root is None else local_state_schema(root, STATEFUL_OPERATOR_ID)
     if local is None:
         return _format_from_spark(spark, checkpoint)
     if not local:
@@ -99,23 +103,27 @@ def _format_from_spark(spark: Any, checkpoint: str) -> StateFormat | None:
 
 
 def checkpoint_keys(
-    spark: Any, checkpoint: str, keying: Keying, shards: int, *, has_state: bool
+    spark: Any, checkpoint: str, keying: Keying, shards: int, *, existing: StateFormat | None
 ) -> SparkKeys:
     """The Spark keys the checkpoint's state is under, for a query configured with ``keying``
-    and ``shards``, written to its record before the query starts when it has none.
+    and ``shards``; recorded before the query starts when the checkpoint has no record.
+    ``existing``: ``existing_state_format``'s answer for the checkpoint.
 
-    A checkpoint with no state yet (``has_state``: a state schema, ``existing_state_format``)
-    holds no group under any key: it gets balanced shard names over the session's state
-    partitions, whatever an earlier start that never committed a batch recorded. One with
-    state: its record's keys, which must agree with ``keying`` and ``shards`` (else a
-    ConfigError); without a record (started before the record was kept) the plain names, once
-    its state's keys are found to be among them."""
+    A checkpoint without a committed batch holds no group under any key: it keeps a record
+    that agrees with the configuration (its names were made for the partitions Spark recorded
+    when it planned its first batch), else it is recorded afresh, balanced over the session's
+    state partitions. One with a committed batch: its record's keys, which must agree with
+    ``keying`` and ``shards`` (else a ConfigError); without a record (started before the
+    record was kept) the plain names, once its state is found under them."""
     try:
-        if not has_state:
+        text = read_record(spark, checkpoint)
+        if not _has_committed_batch(spark, checkpoint, existing):
+            recorded = _agreeing(text, keying, shards)
+            if recorded is not None:
+                return recorded
             keys = _fresh_keys(spark, keying, shards)
             write_record(spark, checkpoint, record_text(keys), replace=True)
             return keys
-        text = read_record(spark, checkpoint)
         if text is not None:
             keys = parse_record(text, checkpoint)
             _check_unchanged(keys, keying, shards, checkpoint)
@@ -127,26 +135,60 @@ def checkpoint_keys(
         raise ConfigError(f"checkpoint {checkpoint}: its keying record: {exc}") from exc
 
 
+def _has_committed_batch(spark: Any, checkpoint: str, existing: StateFormat | None) -> bool:
+    """From the commit log here; elsewhere the state data source's answer, which has a
+    schema only once a batch is committed."""
+    root = here(spark, checkpoint)
+    return has_commits(root) if root is not None else existing is not None
+
+
+def _agreeing(text: str | None, keying: Keying, shards: int) -> SparkKeys | None:
+    """The record's keys when it is readable and says this keying and shard count."""
+    if text is None:
+        return None
+    try:
+        keys = parse_record(text, "")
+    except ConfigError:
+        return None  # no state under it: recorded afresh
+    same = keys.keying is keying and (keying is Keying.GROUP or keys.shards == shards)
+    return keys if same else None
+
+
 def _fresh_keys(spark: Any, keying: Keying, shards: int) -> SparkKeys:
     if keying is Keying.GROUP:
         return SparkKeys(keying, shards)
     return SparkKeys(keying, shards, ShardNames.BALANCED, state_partitions(spark))
 
 
+SHARD_NAME: Final = r"^shard-[0-9]+(\.[0-9]+)?$"  # a plain or a balanced shard name
+
+
 def _keys_before_the_record(spark: Any, checkpoint: str, keying: Keying, shards: int) -> SparkKeys:
     """A checkpoint started before the record: its shards are under the plain names, and its
-    keying and shard count can only be assumed to be the configured ones. Its state's keys
-    must be among those names (a record lost or unread would otherwise be replaced by a wrong
-    one)."""
+    keying and shard count can only be assumed to be the configured ones. What its state holds
+    is checked first (one Spark job over the state): under shard keying no key outside the
+    plain names of ``shards`` shards, under group keying not only shard names. A record that
+    was lost, or a lower shard count than the checkpoint's, is refused; a higher one holding
+    only low shards is not seen."""
     keys = SparkKeys(keying, shards, ShardNames.PLAIN)
     if keying is Keying.SHARD:
-        strangers = sorted(set(existing_state_keys(spark, checkpoint)) - set(keys.shard_names))
+        strangers = state_keys(spark, checkpoint, outside=keys.shard_names)
         if strangers:
             raise ConfigError(
                 f"checkpoint {checkpoint} has no keying record, and its state is not under the"
-                f" plain names of {shards} shards (it holds {', '.join(strangers[:3])}): its"
-                " record is missing or the shard count changed; a new checkpoint is needed"
+                f" plain names of {shards} shards: it holds {', '.join(strangers)}. Its shard"
+                " count was higher (64 was the default before local checkpoints started with"
+                " 16), its keying was group, or its record is lost; configure the keying and"
+                " shard count it was started with, or start a new checkpoint"
             )
+    elif state_keys(spark, checkpoint, not_matching=SHARD_NAME) == [] and state_keys(
+        spark, checkpoint
+    ):
+        raise ConfigError(
+            f"checkpoint {checkpoint} has no keying record, and its state holds only shard"
+            " names: it was started with shard keying (engine.keying: shard, and its shard"
+            " count), or start a new checkpoint"
+        )
     log.warning(
         "checkpoint %s has state but no keying record (started by an earlier version):"
         " assuming it was started with %s keying and %d shards, as configured now, under the"
@@ -158,20 +200,34 @@ def _keys_before_the_record(spark: Any, checkpoint: str, keying: Keying, shards:
     return keys
 
 
-def existing_state_keys(spark: Any, checkpoint: str) -> list[str]:
-    """The Spark keys the checkpoint's committed state holds (the state data source: a Spark
-    job over the whole state, run once, for a checkpoint started before the record); none
-    before its first batch is committed."""
+def state_keys(
+    spark: Any,
+    checkpoint: str,
+    *,
+    outside: tuple[str, ...] = (),
+    not_matching: str | None = None,
+    limit: int = 3,
+) -> list[str]:
+    """Up to ``limit`` of the Spark keys the checkpoint's committed state holds, those not
+    among ``outside`` and not matching the regular expression ``not_matching``; none before a
+    batch is committed (the state data source: a Spark job over the state)."""
+    from pyspark.sql import functions as F
+
     try:
-        frame = spark.read.format("statestore").load(checkpoint)
-        rows = frame.select(F_KEY).distinct().collect()
+        state = spark.read.format("statestore").load(checkpoint)
+        frame = state.select(F.col(F_KEY).alias("k"))
+        if outside:
+            frame = frame.where(~F.col("k").isin(list(outside)))
+        if not_matching is not None:
+            frame = frame.where(~F.col("k").rlike(not_matching))
+        rows = frame.distinct().limit(limit).collect()
     except Exception as exc:  # Spark's errors, through py4j or Spark Connect
         if NO_COMMITTED_BATCH in str(exc):
             return []
         raise ConfigError(
             f"checkpoint {checkpoint}: its state's keys cannot be read: {_first_line(exc)}"
         ) from exc
-    return [str(row[0]) for row in rows]
+    return sorted(str(row[0]) for row in rows)
 
 
 F_KEY: Final = "key.key"  # the state data source's key struct holds the grouping column "key"
@@ -255,9 +311,9 @@ def _check_unchanged(keys: SparkKeys, keying: Keying, shards: int, checkpoint: s
         )
         raise ConfigError(
             f"checkpoint {checkpoint} holds state under {recorded}; the configuration says"
-            f" {configured}. A group's state stays under the key it was written under, so a"
-            " change of engine.keying or engine.shards needs a new checkpoint (docs/engine.md,"
-            ' "Keying")'
+            f" {configured}. A group's state stays under the key it was written under: configure"
+            f" {recorded} to restart this checkpoint (engine.keying, engine.shards), or start a"
+            ' new one for the change (docs/engine.md, "Keying")'
         )
 
 

@@ -89,8 +89,6 @@ class SparkKeys:
         if self.keying is Keying.GROUP:
             return text
         shard = F.pmod(F.crc32(text.cast("binary")), F.lit(self.shards))
-        if self.names is ShardNames.PLAIN:
-            return F.concat(F.lit(SHARD_PREFIX), shard.cast("string"))
         names = F.array(*(F.lit(name) for name in self.shard_names))
         return F.element_at(names, (shard + F.lit(1)).cast("int"))
 

@@ -301,9 +301,7 @@ def build_query(
     checkpoint = options.checkpoint(name)
     existing = existing_state_format(spark, checkpoint)  # None: no state yet
     state_format = StateFormat.TEXT if existing is None else existing
-    keys = checkpoint_keys(
-        spark, checkpoint, options.keying, options.shards, has_state=existing is not None
-    )
+    keys = checkpoint_keys(spark, checkpoint, options.keying, options.shards, existing=existing)
     archiver = LandingArchiver.for_source(source, checkpoint)
     after_commit(name, None if archiver is None else archiver.after_commit)
     raw = read_events(
