@@ -4,8 +4,9 @@ A stateful query's state schema is fixed in its checkpoint: Spark refuses to res
 another. The key's state keeps the core's bytes in one of two formats
 (``engine.adapter.StateFormat``): a new checkpoint gets ``TEXT``, and a checkpoint written
 before keeps the ``BINARY`` it was started with. Which one a checkpoint holds is read from its
-state schema: for a checkpoint on this machine from the schema file Spark keeps in it
-(io.checkpoint, one small file), else with Spark's state data source (``statestore``, Spark 4.0
+state schema: for a checkpoint on this machine (``io.checkpoint.here``: in a session whose
+default file system is the machine's) from the schema file Spark keeps in it (one small
+file), else with Spark's state data source (``statestore``, Spark 4.0
 and later), which reads any file system Spark reads, on Databricks too, and takes 1-2 s in a
 fresh session.
 
@@ -16,8 +17,8 @@ timers fire). Spark cannot see that. So the engine records the keying a checkpoi
 under, in a file of its own beside Spark's (``io.checkpoint.KEYING_RECORD``), when the query
 first starts, and refuses to start it with another (``checkpoint_keys``). A new checkpoint
 gets balanced shard names over its state partitions (engine.keying); a checkpoint whose state
-was written before the engine kept the record keeps the plain names, and its record is written
-from the configuration it is restarted with.
+was written before the engine kept the record keeps the plain names, once its state's keys are
+found among them, and its record is written from the configuration it is restarted with.
 """
 
 from __future__ import annotations
