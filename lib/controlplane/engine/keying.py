@@ -4,7 +4,8 @@ A shard is ``crc32(utf-8 bytes of the key) mod shards``: stable across processes
 versions and Spark versions (Python's ``hash()`` is salted per process), and computed the
 same way by Spark's ``crc32`` function and Python's ``zlib.crc32``. Each shard's state holds
 the state machines of its groups side by side; the runner keeps their timers separate.
-The default (shard, 64) was chosen by measurement: docs/engine.md, "Keying".
+The defaults (shard keying, 64 shards; 16 in conf/local.yaml) were chosen by measurement:
+docs/engine.md, "Keying".
 
 A shard's Spark key is a name. Spark puts a key in state partition
 ``pmod(murmur3(key), partitions)`` (its ``hash`` function, seed 42), so which partition a
