@@ -116,13 +116,15 @@ def spark_schema_file(checkpoint: Path, blob: str) -> None:
     )
 
 
-class HadoopConf:
-    def __init__(self, default_fs: str) -> None:
-        self.default_fs = default_fs
+class OneSetting:
+    """A configuration asked for one setting only (a session's conf, Hadoop's)."""
 
-    def get(self, name: str) -> str:
-        assert name == "fs.defaultFS"
-        return self.default_fs
+    def __init__(self, name: str, value: Any) -> None:
+        self.name, self.value = name, value
+
+    def get(self, name: str) -> Any:
+        assert name == self.name
+        return self.value
 
 
 class Context:
@@ -130,9 +132,9 @@ class Context:
 
     def __init__(self, default_fs: str = "file:///") -> None:
         self._jsc = self
-        self.hadoop = HadoopConf(default_fs)
+        self.hadoop = OneSetting("fs.defaultFS", default_fs)
 
-    def hadoopConfiguration(self) -> HadoopConf:
+    def hadoopConfiguration(self) -> OneSetting:
         return self.hadoop
 
 

@@ -20,16 +20,7 @@ from controlplane.engine.checkpoints import checkpoint_keys, state_keys
 from controlplane.engine.keying import ShardNames, SparkKeys, balanced_names
 from controlplane.engine.options import Keying
 from controlplane.io.checkpoint import KEYING_RECORD, RecordError, read_record, write_record
-from engine.test_checkpoints import NoSpark, Session
-
-
-class Conf:
-    def __init__(self, partitions: Any) -> None:
-        self.partitions = partitions
-
-    def get(self, name: str) -> Any:
-        assert name == "spark.sql.shuffle.partitions"
-        return self.partitions
+from engine.test_checkpoints import NoSpark, OneSetting, Session
 
 
 class LocalSpark(NoSpark):
@@ -38,7 +29,7 @@ class LocalSpark(NoSpark):
     refuses a read through Spark)."""
 
     def __init__(self, partitions: Any = "8") -> None:
-        self.conf = Conf(partitions)
+        self.conf = OneSetting("spark.sql.shuffle.partitions", partitions)
 
 
 def record(checkpoint: Path) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from controlplane.engine.keying import ShardNames, SparkKeys
 from controlplane.engine.options import Keying
 from controlplane.io.checkpoint import (
     RecordError,
+    first_line,
     has_commits,
     here,
     local_state_schema,
@@ -91,7 +92,7 @@ def _format_from_spark(spark: Any, checkpoint: str) -> StateFormat | None:
         if NO_COMMITTED_BATCH in str(exc):
             return None
         raise ConfigError(
-            f"checkpoint {checkpoint}: its state schema cannot be read: {_first_line(exc)}"
+            f"checkpoint {checkpoint}: its state schema cannot be read: {first_line(exc)}"
         ) from exc
     found = blob_type_name(schema.jsonValue())
     state_format = None if found is None else _FORMATS.get(found)
@@ -226,7 +227,7 @@ def state_keys(
         if NO_COMMITTED_BATCH in str(exc):
             return []
         raise ConfigError(
-            f"checkpoint {checkpoint}: its state's keys cannot be read: {_first_line(exc)}"
+            f"checkpoint {checkpoint}: its state's keys cannot be read: {first_line(exc)}"
         ) from exc
     return sorted(str(row[0]) for row in rows)
 
@@ -336,8 +337,3 @@ def _value_schema(schema: dict[str, Any]) -> Any:
         if field.get("name") == "value":
             return field.get("type")
     return None
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

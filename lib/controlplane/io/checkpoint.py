@@ -60,21 +60,18 @@ def local_state_schema(root: Path, operator_id: int) -> bytes | None:
             return None
         if schema.is_file():
             return schema.read_bytes()
-        return None if _has_commits(root / "commits") else b""
+        return None if has_commits(root) else b""
     except OSError:
         return None
 
 
 def has_commits(root: Path) -> bool:
     """Whether the checkpoint ``here`` at ``root`` has a committed batch."""
+    commits = root / "commits"
     try:
-        return _has_commits(root / "commits")
+        return commits.is_dir() and any(entry.name.isdigit() for entry in commits.iterdir())
     except OSError:
         return False
-
-
-def _has_commits(commits: Path) -> bool:
-    return commits.is_dir() and any(entry.name.isdigit() for entry in commits.iterdir())
 
 
 class RecordError(Exception):
@@ -112,7 +109,7 @@ def write_record(spark: Any, checkpoint: str, text: str, *, replace: bool) -> No
             frame = spark.createDataFrame([(text,)], "value string").coalesce(1)
             frame.write.mode("overwrite" if replace else "errorifexists").text(location)
         except Exception as exc:  # Spark's errors, through py4j or Spark Connect
-            raise RecordError(f"{location}: {_first_line(exc)}") from exc
+            raise RecordError(f"{location}: {first_line(exc)}") from exc
         return
     target = root / KEYING_RECORD
     try:
@@ -155,7 +152,7 @@ def _read_through_spark(spark: Any, location: str) -> list[str] | None:
     except Exception as exc:  # Spark's errors, through py4j or Spark Connect
         if _PATH_NOT_FOUND in str(exc):
             return None
-        raise RecordError(f"{location}: {_first_line(exc)}") from exc
+        raise RecordError(f"{location}: {first_line(exc)}") from exc
     return [str(row[0]) for row in rows]
 
 
@@ -179,6 +176,7 @@ def _parts(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.startswith("part-"))
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
+    """An error's first line (Spark's carry the JVM's stack after it), else its class."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
