@@ -15,6 +15,7 @@ from controlplane.core.config import CoordinatorConfig
 from controlplane.core.coordinator import codec, machine
 from controlplane.core.coordinator.runner import (
     DECISIONS,
+    EPOCH_STATE_VERSION,
     GROUP_EVENTS,
     GROUPS,
     STATE_VERSION,
@@ -357,6 +358,114 @@ def test_a_crashed_member_expires_even_when_its_group_was_idle_longer_than_the_g
     removed = [r for r in result.outputs[GROUP_EVENTS] if r["kind"] == "member_removed"]
     assert [r["reason"] for r in removed] == ["session_timeout"]
     assert not any(r["reason"] == "coordinator_failover" for r in result.outputs[GROUP_EVENTS])
+
+
+# --- loading by a new epoch (a restart of the engine) ---------------------------------------------
+
+
+def written_by(epoch: int | None) -> tuple[bytes, str, int]:
+    """A shard with a stable member of ``g`` (synced at 0), as a run of ``epoch`` leaves it;
+    the member's session deadline."""
+    shard = CoordinatorShard(CONFIG, coordinator_epoch=epoch)
+    member = stable_member(shard, "g", 0)
+    state, deadline = shard.encode(), shard.next_deadline_ms()
+    assert state is not None
+    assert deadline is not None
+    return state, member, deadline
+
+
+def resets_and_removals(result: Any) -> list[tuple[str, int]]:
+    return [
+        (r["reason"], r["at_ms"])
+        for r in result.outputs[GROUP_EVENTS]
+        if r["reason"] == "coordinator_failover" or r["kind"] == "member_removed"
+    ]
+
+
+@pytest.mark.parametrize("written", [1, None])  # by another run, or before runs were recorded
+def test_a_new_epoch_loads_a_group_whose_timer_came_due_while_no_run_served_it(
+    written: int | None,
+) -> None:
+    """Overdue by less than the gap, the timer is still a failover's: the shard was written by
+    another run, so the timer came due while none served it, and the heartbeats that kept the
+    member may wait in records not read yet (a restart's first batch, a capped catch-up)."""
+    state, member, deadline = written_by(written)
+    tick_ms = deadline + 5_000
+    loaded = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=2).run(
+        state, [], tick_ms
+    )
+    assert resets_and_removals(loaded) == [("coordinator_failover", tick_ms)]
+    assert loaded.next_deadline_ms == tick_ms + SESSION_MS
+    beat = heartbeat("h", "g", deadline + 1_000, member, 1)  # read by the next batch
+    later = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=2).run(
+        loaded.state, [beat], tick_ms + 1_000
+    )
+    assert [r["error"] for r in later.outputs[DECISIONS]] == ["NONE"]
+
+
+def test_the_run_that_wrote_the_shard_fires_the_same_timer() -> None:
+    state, _, deadline = written_by(1)
+    runner = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=1)
+    result = runner.run(state, [], deadline + 5_000)
+    assert resets_and_removals(result) == [("session_timeout", deadline)]
+
+
+def test_only_the_first_call_of_a_new_epoch_loads() -> None:
+    """The reset stores the new epoch: the session it gave runs out in the same run, and the
+    member is removed then, as by a running coordinator."""
+    state, _, deadline = written_by(1)
+    runner = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=2)
+    loaded = runner.run(state, [], deadline + 5_000)
+    assert loaded.next_deadline_ms == deadline + 5_000 + SESSION_MS
+    expired = runner.run(loaded.state, [], deadline + 5_000 + SESSION_MS + 1_000)
+    assert resets_and_removals(expired) == [("session_timeout", deadline + 5_000 + SESSION_MS)]
+
+
+def test_a_timer_not_due_at_the_first_call_of_a_new_epoch_fires_at_its_deadline() -> None:
+    """A crashed member of a group the new run first reaches before its deadline is removed at
+    that deadline: its timer comes due while the run serves the shard."""
+    state, _, deadline = written_by(1)
+    runner = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=2)
+    first = runner.run(state, [], deadline - 1_000)
+    assert first.outputs[GROUP_EVENTS] == []
+    due = runner.run(first.state, [], deadline + 2_000)
+    assert resets_and_removals(due) == [("session_timeout", deadline)]
+
+
+def test_without_an_epoch_a_shard_is_never_loaded() -> None:
+    """Replays and event time have no runs: the shard keeps the epoch it had."""
+    state, _, deadline = written_by(1)
+    result = CoordinatorRunner(CONFIG, failover_gap_ms=60_000).run(state, [], deadline + 5_000)
+    assert resets_and_removals(result) == [("session_timeout", deadline)]
+    assert result.state is not None
+    assert CoordinatorShard.decode(result.state, CONFIG).epoch == 1
+
+
+def test_the_epoch_s_state_version() -> None:
+    with_epoch, _, _ = written_by(7)
+    without, _, _ = written_by(None)
+    assert (with_epoch[0], without[0]) == (EPOCH_STATE_VERSION, STATE_VERSION) == (3, 2)
+    again = CoordinatorShard.decode(with_epoch, CONFIG, coordinator_epoch=7)
+    assert again.epoch == 7
+    copied = again.encode()
+    assert copied is not None
+    assert copied[0] == EPOCH_STATE_VERSION
+    assert CoordinatorShard.decode(copied, CONFIG).epoch == 7
+    assert bodies_of(copied) == bodies_of(with_epoch)
+    plain = CoordinatorShard.decode(without, CONFIG).encode()
+    assert plain is not None
+    assert plain[0] == STATE_VERSION
+    record_size = int.from_bytes(with_epoch[1:5], "little")
+    record = marshal.loads(with_epoch[5 : 5 + record_size])
+    for bad_epoch in ("7", 7.0):
+        bad = marshal.dumps((*record[:5], bad_epoch), 4)
+        data = bytes((3,)) + len(bad).to_bytes(4, "little") + bad + with_epoch[5 + record_size :]
+        with pytest.raises(ValueError, match="malformed version 3 record"):
+            CoordinatorShard.decode(data, CONFIG)
+    five = marshal.dumps(record[:5], 4)  # a version 3 without its epoch
+    data = bytes((3,)) + len(five).to_bytes(4, "little") + five + with_epoch[5 + record_size :]
+    with pytest.raises(ValueError, match="malformed version 3 record"):
+        CoordinatorShard.decode(data, CONFIG)
 
 
 # --- invalid events ---------------------------------------------------------------------------

@@ -200,6 +200,54 @@ def test_ticking_each_slice_to_its_batch_time_would_expire_the_member() -> None:
     assert decisions == ["NONE"] * 7 + ["UNKNOWN_MEMBER_ID"] * 17
 
 
+def restarted(epoch: int) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """A run (epoch 1) makes a stable member (10-s session, due at 11.5 s), and stops mid-batch.
+    The run of ``epoch`` starts at once: its first batch (at 25 s, the interrupted batch again)
+    calls the key by its timeout, with no records; the next (at 27 s) reads the heartbeats the
+    member sent every 3 s while the job was down, from 4 s. The output of the two batches and
+    the decisions' errors."""
+
+    def runs(epoch: int) -> StateFunction:
+        return StateFunction(
+            lambda: CoordinatorRunner(CONFIG, failover_gap_ms=GAP_MS, coordinator_epoch=epoch),
+            TimeMode.PROCESSING_TIME,
+        )
+
+    member, state = stable_member(runs(1))
+    function = runs(epoch)
+    woken = state.next_call(25_000)
+    woken.hasTimedOut = True
+    out = out_tables(function.call(iter([frame(request_row("x", 0)).iloc[0:0]]), woken))
+    beats = [
+        request_row(event_line("heartbeat", f"h{t}", member_id=member, generation_id=1), t)
+        for t in range(4_000, 25_000, 3_000)
+    ]
+    for table, rows in call(function, woken.next_call(27_000), *beats).items():
+        out.setdefault(table, []).extend(rows)
+    return out, [d["error"] for d in out["decisions"]]
+
+
+def test_a_restart_s_first_batch_loads_the_group_instead_of_expiring_its_member() -> None:
+    """Down less than the failover gap: the timer is overdue by 13.5 s, yet it came due while
+    no run served the key, so the new run loads the group as a new coordinator would (its
+    sessions restart) and the heartbeats read a batch later find the member."""
+    out, errors = restarted(epoch=2)
+    assert errors == ["NONE"] * 7
+    events = [(e["kind"], e["reason"], e["at_ms"]) for e in out["group_events"]]
+    assert events == [("state_changed", "coordinator_failover", 25_000)]
+
+
+def test_the_same_call_within_one_run_expires_the_member() -> None:
+    """The contrast: a key of the run that wrote it, called 13.5 s after its deadline (less than
+    the gap), fires the timer, and the heartbeats waiting in the next batch are refused."""
+    out, errors = restarted(epoch=1)
+    assert errors == ["UNKNOWN_MEMBER_ID"] * 7
+    removed = [
+        (e["reason"], e["at_ms"]) for e in out["group_events"] if e["kind"] == "member_removed"
+    ]
+    assert removed == [("session_timeout", 11_500)]
+
+
 def test_a_timer_of_another_group_between_the_latest_arrival_and_the_batch_time_waits() -> None:
     """One shard, two groups: g's member (synced at 1.5 s, a 10-s session) is due at 11.5 s; the
     batch at 20 s reads only a request for group h, which arrived at 10 s. Its tick is 10 s:

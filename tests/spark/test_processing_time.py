@@ -19,6 +19,7 @@ from controlplane.core.config import parse_settings
 from controlplane.engine import queries
 from controlplane.engine.adapter import StateFormat
 from controlplane.engine.checkpoints import state_format_from_spark, state_format_of
+from controlplane.engine.keying import shard_of
 from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_coordinator_query
 from controlplane.engine.session import STATE_CODEC_KEY
@@ -267,6 +268,49 @@ def test_a_backlog_read_in_capped_batches_keeps_a_member_that_heartbeat_through_
     early = [r for r in audit if r["kind"] == "member_removed" and r["at_ms"] < arrivals_ms[-1]]
     assert early == []
     assert [r for r in audit if r["reason"] == "coordinator_failover"] == []
+
+
+def test_a_restart_shorter_than_the_gap_loads_a_group_whose_heartbeats_wait_in_the_backlog(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Down about ten seconds (less than the 30-s gap): the member's 6-s session ran out while
+    the job was down, and its heartbeats wait in files a capped batch reads one at a time. The
+    first batch after the restart reads another group's file, and calls the member's shard by
+    its timeout with nothing to read: the new run loads the group (its sessions restart) rather
+    than expiring the member, and every waiting heartbeat is answered. The run before this
+    change expired the member there (overdue by less than the gap) and refused them all."""
+    base = options_for(tmp_path)
+    source = replace(base.coordinator_source, max_files_per_trigger=1)
+    options = replace(base, coordinator_source=source)
+    tables, landing = Path(options.tables_root), tmp_path / "landing"
+    other = next(
+        g for g in (f"other-{n}" for n in range(99)) if shard_of(g, 4) != shard_of("reload", 4)
+    )
+    query = start(spark, options)
+    try:
+        member = stable_member(tables, landing, query, "reload", 6_000)
+        synced_ms = int(time.time() * 1000)  # the group's clock is at or before this
+    finally:
+        query.stop()
+    describe = {"event_id": "other-d", "event_time_ms": 0, "type": "describe", "group_id": other}
+    path = drop_events(landing, [describe])
+    os.utime(path, ns=((synced_ms + 1_000) * 1_000_000,) * 2)  # read first, alone
+    arrivals_ms = [synced_ms + 2_000 * n for n in range(1, 5)]  # to 8 s after the sync
+    time.sleep(max(0.0, arrivals_ms[-1] / 1000 + 1 - time.time()))
+    for n, arrival_ms in enumerate(arrivals_ms):
+        path = drop_events(landing, [request("heartbeat", f"reload-h{n}", "reload", member, 1)])
+        os.utime(path, ns=(arrival_ms * 1_000_000,) * 2)  # sent while the job was down
+    query = start(spark, options)
+    try:
+        answers = [decision(tables, f"reload-h{n}", query) for n in range(len(arrivals_ms))]
+    finally:
+        query.stop()
+    assert [a["error"] for a in answers] == ["NONE"] * len(arrivals_ms)
+    audit = [r for r in read_table(tables / "group_events") if r["group_id"] == "reload"]
+    [loaded] = [r for r in audit if r["reason"] == "coordinator_failover"]
+    overdue_ms = loaded["at_ms"] - (synced_ms + 6_000)
+    assert 0 < overdue_ms < options.failover_gap_ms  # overdue, by less than the gap
+    assert [r for r in audit if r["kind"] == "member_removed"] == []
 
 
 def test_sessions_survive_a_restart_shorter_than_the_failover_gap(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -50,17 +51,30 @@ QUOTA_TABLES = ("quota_decisions", "throttle_events", "rejected_events")
 
 
 class CoordinatorRunners:
-    """Builds the coordinator runner from the current settings (runs in the workers)."""
+    """Builds the coordinator runner from the current settings (runs in the workers).
+    ``coordinator_epoch`` tells this run of the query from the runs before it (processing time:
+    its start's wall-clock milliseconds): a shard written by an earlier run is loaded, as by a
+    new coordinator (core.coordinator.runner, docs/engine.md, "Clock, timers and failover")."""
 
-    def __init__(self, settings: SettingsSource, failover_gap_ms: int | None) -> None:
+    def __init__(
+        self,
+        settings: SettingsSource,
+        failover_gap_ms: int | None,
+        coordinator_epoch: int | None = None,
+    ) -> None:
         self.settings = settings
         self.failover_gap_ms = failover_gap_ms
+        self.coordinator_epoch = coordinator_epoch
 
     def __call__(self) -> Runner:
         from controlplane.core.coordinator.runner import CoordinatorRunner
 
         config = self.settings.current().coordinator
-        return CoordinatorRunner(config, failover_gap_ms=self.failover_gap_ms)
+        return CoordinatorRunner(
+            config,
+            failover_gap_ms=self.failover_gap_ms,
+            coordinator_epoch=self.coordinator_epoch,
+        )
 
 
 _QUOTA_RUNNERS: dict[int, tuple[Any, Runner]] = {}
@@ -373,12 +387,14 @@ def build_coordinator_query(
     options = options or parse_engine_options(settings, config_path)
     if options.coordinator_source is None:
         raise ValueError("sources.coordinator is not configured")
-    gap = options.failover_gap_ms if options.mode is TimeMode.PROCESSING_TIME else None
+    processing_time = options.mode is TimeMode.PROCESSING_TIME
+    gap = options.failover_gap_ms if processing_time else None
+    epoch = time.time_ns() // 1_000_000 if processing_time else None  # this run of the query
     return build_query(
         spark,
         options,
         source=options.coordinator_source,
-        runners=CoordinatorRunners(_settings_source(settings, config_path), gap),
+        runners=CoordinatorRunners(_settings_source(settings, config_path), gap, epoch),
         tables=COORDINATOR_TABLES,
         name=name,
         available_now=available_now,

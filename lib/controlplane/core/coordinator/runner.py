@@ -15,6 +15,12 @@ machine (``machine``) under the clock rules of docs/reference/events.md §6:
   its timers fire, as Kafka does when a coordinator loads a group. Lateness of a timer, not the
   lag of the group's clock, is the measure: a group may be idle for hours (no timer due) and a
   crashed member's session must still expire when its deadline is reached;
+* loading (``coordinator_epoch``, the engine's run): a shard last written under another epoch
+  is being loaded, as by a new coordinator after a failover, whose downtime need not be longer
+  than the gap: in the first call of the new epoch, the first touch of a group with a timer
+  due at all resets its sessions the same way. Every timer due then came due while no run
+  served the shard (a running engine calls a key by its deadline), and the requests that kept
+  its members may be waiting in records not read yet;
 * idempotence (``core/idempotence.py``, the quota's design too): a request whose ``event_id``
   is among the group's last 64 handled requests is not handled again; it leaves a
   ``duplicate_request`` group event. The window lives with the group: when a group ceases to
@@ -36,6 +42,8 @@ groups it touches, not the shard's size. A group is read as its encoding's lists
 as a ``Group`` only when something needs one: a heartbeat from a member in good standing, the
 most common request, is answered on the lists (``fields.py``: ``machine.handle``'s fast path).
 A version 1 state (one struct header per group) is still read, and written back as version 2.
+Version 3 is version 2 with the epoch that last wrote the shard after the four lists; a shard
+with an epoch is written as version 3, one without as version 2.
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ GROUPS: Final = "groups"
 OUTPUTS: Final = (DECISIONS, GROUP_EVENTS, GROUPS)
 
 STATE_VERSION: Final = 2
+EPOCH_STATE_VERSION: Final = 3  # version 2's record with the epoch after its lists
 _WINDOW_SIZE: Final = struct.Struct("<H")  # a body starts with its window's digest count
 # Version 2: the version byte and the size of the marshal record that follows.
 _HEADER: Final = struct.Struct("<BI")
@@ -159,9 +168,17 @@ class CoordinatorShard:
     ticks the shard, with nothing due, does no per-group Python work beyond a few list passes.
     """
 
-    def __init__(self, config: CoordinatorConfig, *, failover_gap_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        *,
+        failover_gap_ms: int | None = None,
+        coordinator_epoch: int | None = None,
+    ) -> None:
         self.config = config
         self.failover_gap_ms = failover_gap_ms
+        self.epoch = coordinator_epoch  # the run the shard is written by (None: no runs)
+        self._loading = False  # the decoded state was written under another epoch
         self.clock_ms: int | None = None  # the latest time the shard has seen
         self._ids: list[str] = []
         self._clocks: list[int] = []
@@ -330,11 +347,16 @@ class CoordinatorShard:
         return True
 
     def _overdue(self, due: int | None, now_ms: int) -> bool:
-        """The group's earliest timer should have fired more than the gap ago: the engine was
-        stopped (or far behind), not the group idle, since a running engine calls a key by its
-        deadline. An idle group's clock may lag by hours without its sessions being reset."""
+        """The group's earliest timer should have fired more than the gap ago, or at all while
+        the shard is loaded by a new epoch: the engine was stopped (or far behind), not the group
+        idle, since a running engine calls a key by its deadline. An idle group's clock may lag
+        by hours without its sessions being reset."""
+        if due is None:
+            return False
+        if self._loading and due <= now_ms:
+            return True
         gap = self.failover_gap_ms
-        return gap is not None and due is not None and now_ms - due > gap
+        return gap is not None and now_ms - due > gap
 
     def _request(self, group_id: str, request: Request, time_ms: int, rows: Rows) -> None:
         slot = self._slot(group_id)
@@ -436,8 +458,12 @@ class CoordinatorShard:
             clocks = [clocks[slot] for slot in live]
             deadlines = [deadlines[slot] for slot in live]
             sizes = [sizes[slot] for slot in live]
-        record = marshal.dumps((self.clock_ms, ids, clocks, deadlines, sizes), _MARSHAL_VERSION)
-        return b"".join((_HEADER.pack(STATE_VERSION, len(record)), record, *pieces))
+        fields: tuple[Any, ...] = (self.clock_ms, ids, clocks, deadlines, sizes)
+        version = STATE_VERSION
+        if self.epoch is not None:
+            fields, version = (*fields, self.epoch), EPOCH_STATE_VERSION
+        record = marshal.dumps(fields, _MARSHAL_VERSION)
+        return b"".join((_HEADER.pack(version, len(record)), record, *pieces))
 
     @classmethod
     def decode(
@@ -446,31 +472,42 @@ class CoordinatorShard:
         config: CoordinatorConfig,
         *,
         failover_gap_ms: int | None = None,
+        coordinator_epoch: int | None = None,
     ) -> CoordinatorShard:
-        """A shard from its state bytes (None: an empty shard). Raises ValueError if corrupt."""
-        shard = cls(config, failover_gap_ms=failover_gap_ms)
+        """A shard from its state bytes (None: an empty shard). Raises ValueError if corrupt.
+        With an epoch, a state written under another one (or under none) is being loaded."""
+        shard = cls(config, failover_gap_ms=failover_gap_ms, coordinator_epoch=coordinator_epoch)
         if data is None:
             return shard
         version = data[0] if data else None
-        if version == STATE_VERSION:
-            shard._read(data)
+        stored_epoch = None
+        if version in (STATE_VERSION, EPOCH_STATE_VERSION):
+            stored_epoch = shard._read(data, with_epoch=version == EPOCH_STATE_VERSION)
         elif version == 1:
             shard._read_v1(data)
         else:
             found = "nothing" if version is None else version
             raise ValueError(
-                f"coordinator state: unsupported version {found} (this build reads 1 and 2)"
+                f"coordinator state: unsupported version {found} (this build reads 1 to 3)"
             )
+        shard._loading = coordinator_epoch is not None and stored_epoch != coordinator_epoch
+        if coordinator_epoch is None:
+            shard.epoch = stored_epoch  # kept as it was
         return shard
 
-    def _read(self, data: bytes) -> None:
-        """Version 2: the header, the marshal record, then the bodies, one after another."""
+    def _read(self, data: bytes, *, with_epoch: bool) -> int | None:
+        """Versions 2 and 3: the header, the marshal record, then the bodies, one after
+        another. Returns the epoch of a version 3 record."""
         start = _HEADER.size
         size = _HEADER.unpack_from(data, 0)[1] if len(data) >= start else -1
         if size < 0 or len(data) < start + size:
             raise ValueError("coordinator state: truncated")
+        epoch: Any = None
         try:
-            clock_ms, ids, clocks, deadlines, sizes = marshal.loads(data[start : start + size])
+            record = marshal.loads(data[start : start + size])
+            if with_epoch:
+                *record, epoch = record
+            clock_ms, ids, clocks, deadlines, sizes = record
             count = len(ids)
             shaped = (
                 type(ids) is type(clocks) is type(deadlines) is type(sizes) is list
@@ -478,11 +515,12 @@ class CoordinatorShard:
                 and set(map(type, sizes)) <= {int}
                 and min(sizes, default=0) >= 0
                 and (clock_ms is None or type(clock_ms) is int)
+                and (epoch is None or type(epoch) is int)
             )
         except (EOFError, ValueError, TypeError):
             shaped = False
         if not shaped:
-            raise ValueError("coordinator state: malformed version 2 record")
+            raise ValueError(f"coordinator state: malformed version {data[0]} record")
         bodies = start + size
         end = bodies + sum(sizes)
         if len(data) < end:
@@ -490,6 +528,7 @@ class CoordinatorShard:
         if len(data) > end:
             raise ValueError("coordinator state: trailing bytes after the last group")
         self._set(clock_ms, ids, clocks, deadlines, sizes, data[bodies:])
+        return epoch  # type: ignore[no-any-return]
 
     def _set(
         self,
@@ -539,14 +578,26 @@ class CoordinatorShard:
 class CoordinatorRunner:
     """core.runtime.Runner for the coordinator: decode, feed the batch, tick, encode."""
 
-    def __init__(self, config: CoordinatorConfig, *, failover_gap_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        *,
+        failover_gap_ms: int | None = None,
+        coordinator_epoch: int | None = None,
+    ) -> None:
         self.config = config
         self.failover_gap_ms = failover_gap_ms
+        self.coordinator_epoch = coordinator_epoch
 
     def run(
         self, state: bytes | None, events: Sequence[TimedEvent], tick_ms: int | None
     ) -> RunResult:
-        shard = CoordinatorShard.decode(state, self.config, failover_gap_ms=self.failover_gap_ms)
+        shard = CoordinatorShard.decode(
+            state,
+            self.config,
+            failover_gap_ms=self.failover_gap_ms,
+            coordinator_epoch=self.coordinator_epoch,
+        )
         outputs: Rows = {DECISIONS: [], GROUP_EVENTS: []}
         for event in events:
             shard.feed_into(event, outputs)
