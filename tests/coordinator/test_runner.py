@@ -21,6 +21,7 @@ from controlplane.core.coordinator.runner import (
     STATE_VERSION,
     CoordinatorRunner,
     CoordinatorShard,
+    epoch_at,
 )
 from controlplane.core.coordinator.state import TimerKind
 from controlplane.core.idempotence import DIGEST_BYTES, WINDOW
@@ -360,13 +361,15 @@ def test_a_crashed_member_expires_even_when_its_group_was_idle_longer_than_the_g
     assert not any(r["reason"] == "coordinator_failover" for r in result.outputs[GROUP_EVENTS])
 
 
-# --- loading by a new epoch (a restart of the engine) ---------------------------------------------
+# --- loading by a new run (a restart of the engine) ----------------------------------------------
+
+RUN_1 = -60_000  # the run that wrote the shards below started a minute before them
 
 
-def written_by(epoch: int | None) -> tuple[bytes, str, int]:
-    """A shard with a stable member of ``g`` (synced at 0), as a run of ``epoch`` leaves it;
-    the member's session deadline."""
-    shard = CoordinatorShard(CONFIG, coordinator_epoch=epoch)
+def written_by(start: int | None) -> tuple[bytes, str, int]:
+    """A shard with a stable member of ``g`` (synced at 0), as the run started at ``start``
+    leaves it (None: a run before runs were recorded); the member's session deadline."""
+    shard = CoordinatorShard(CONFIG, coordinator_epoch=start)
     member = stable_member(shard, "g", 0)
     state, deadline = shard.encode(), shard.next_deadline_ms()
     assert state is not None
@@ -374,71 +377,140 @@ def written_by(epoch: int | None) -> tuple[bytes, str, int]:
     return state, member, deadline
 
 
-def resets_and_removals(result: Any) -> list[tuple[str, int]]:
+def runs(*starts: int) -> CoordinatorRunner:
+    return CoordinatorRunner(CONFIG, failover_gap_ms=60_000, run_starts=starts)
+
+
+def resets_and_removals(result: Any) -> list[tuple[str, str, int]]:
     return [
-        (r["reason"], r["at_ms"])
+        (r["group_id"], r["reason"], r["at_ms"])
         for r in result.outputs[GROUP_EVENTS]
         if r["reason"] == "coordinator_failover" or r["kind"] == "member_removed"
     ]
 
 
-@pytest.mark.parametrize("written", [1, None])  # by another run, or before runs were recorded
-def test_a_new_epoch_loads_a_group_whose_timer_came_due_while_no_run_served_it(
+@pytest.mark.parametrize(
+    ("starts", "tick_ms", "epoch"),
+    [
+        ((), 5, None),
+        ((10,), 5, None),  # before the first run
+        ((10,), 10, 10),
+        ((10, 20, 30), 25, 20),
+        ((10, 20, 30), 30, 30),
+        ((10, 20, 30), 99, 30),
+        ((10, 20), None, None),  # no tick (a replay's call)
+    ],
+)
+def test_a_call_s_epoch_is_the_latest_run_start_at_or_before_its_tick(
+    starts: tuple[int, ...], tick_ms: int | None, epoch: int | None
+) -> None:
+    assert epoch_at(starts, tick_ms) == epoch
+
+
+@pytest.mark.parametrize("written", [RUN_1, None])  # by an earlier run, or before runs
+def test_a_new_run_loads_a_group_whose_timer_came_due_while_no_run_served_it(
     written: int | None,
 ) -> None:
-    """Overdue by less than the gap, the timer is still a failover's: the shard was written by
-    another run, so the timer came due while none served it, and the heartbeats that kept the
-    member may wait in records not read yet (a restart's first batch, a capped catch-up)."""
+    """Overdue by less than the gap, the timer is still a failover's: the key's tick passed the
+    start of a run after the one that wrote the shard, so the timer came due while no run
+    served it, and the heartbeats that kept the member may wait in records not read yet (a
+    restart's first batch, a capped catch-up)."""
     state, member, deadline = written_by(written)
-    tick_ms = deadline + 5_000
-    loaded = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=2).run(
-        state, [], tick_ms
-    )
-    assert resets_and_removals(loaded) == [("coordinator_failover", tick_ms)]
+    restart, tick_ms = deadline + 2_000, deadline + 5_000
+    loaded = runs(RUN_1, restart).run(state, [], tick_ms)
+    assert resets_and_removals(loaded) == [("g", "coordinator_failover", tick_ms)]
     assert loaded.next_deadline_ms == tick_ms + SESSION_MS
     beat = heartbeat("h", "g", deadline + 1_000, member, 1)  # read by the next batch
-    later = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=2).run(
-        loaded.state, [beat], tick_ms + 1_000
-    )
+    later = runs(RUN_1, restart).run(loaded.state, [beat], tick_ms + 1_000)
     assert [r["error"] for r in later.outputs[DECISIONS]] == ["NONE"]
 
 
 def test_the_run_that_wrote_the_shard_fires_the_same_timer() -> None:
-    state, _, deadline = written_by(1)
-    runner = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=1)
-    result = runner.run(state, [], deadline + 5_000)
-    assert resets_and_removals(result) == [("session_timeout", deadline)]
+    state, _, deadline = written_by(RUN_1)
+    result = runs(RUN_1).run(state, [], deadline + 5_000)
+    assert resets_and_removals(result) == [("g", "session_timeout", deadline)]
 
 
-def test_only_the_first_call_of_a_new_epoch_loads() -> None:
-    """The reset stores the new epoch: the session it gave runs out in the same run, and the
+def test_only_the_first_call_of_a_new_run_loads() -> None:
+    """The reset records the new epoch: the session it gave runs out in the same run, and the
     member is removed then, as by a running coordinator."""
-    state, _, deadline = written_by(1)
-    runner = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=2)
+    state, _, deadline = written_by(RUN_1)
+    runner = runs(RUN_1, deadline)
     loaded = runner.run(state, [], deadline + 5_000)
     assert loaded.next_deadline_ms == deadline + 5_000 + SESSION_MS
     expired = runner.run(loaded.state, [], deadline + 5_000 + SESSION_MS + 1_000)
-    assert resets_and_removals(expired) == [("session_timeout", deadline + 5_000 + SESSION_MS)]
+    assert resets_and_removals(expired) == [("g", "session_timeout", deadline + 5_000 + SESSION_MS)]
 
 
-def test_a_timer_not_due_at_the_first_call_of_a_new_epoch_fires_at_its_deadline() -> None:
+def test_a_timer_not_due_at_the_first_call_of_a_new_run_fires_at_its_deadline() -> None:
     """A crashed member of a group the new run first reaches before its deadline is removed at
     that deadline: its timer comes due while the run serves the shard."""
-    state, _, deadline = written_by(1)
-    runner = CoordinatorRunner(CONFIG, failover_gap_ms=60_000, coordinator_epoch=2)
+    state, _, deadline = written_by(RUN_1)
+    runner = runs(RUN_1, deadline - 2_000)
     first = runner.run(state, [], deadline - 1_000)
     assert first.outputs[GROUP_EVENTS] == []
     due = runner.run(first.state, [], deadline + 2_000)
-    assert resets_and_removals(due) == [("session_timeout", deadline)]
+    assert resets_and_removals(due) == [("g", "session_timeout", deadline)]
 
 
-def test_without_an_epoch_a_shard_is_never_loaded() -> None:
+def test_only_the_groups_with_a_timer_due_are_loaded() -> None:
+    shard = CoordinatorShard(CONFIG, coordinator_epoch=RUN_1)
+    stable_member(shard, "g", 0)
+    stable_member(shard, "h", 8_000, eid="j2")  # due at 18 s
+    loaded = runs(RUN_1, 11_000).run(shard.encode(), [], 12_000)
+    assert resets_and_removals(loaded) == [("g", "coordinator_failover", 12_000)]
+    removed = runs(RUN_1, 11_000).run(loaded.state, [], 19_000)
+    assert resets_and_removals(removed) == [("h", "session_timeout", 18_000)]
+
+
+def test_a_group_first_reached_by_a_request_in_the_loading_call() -> None:
+    state, member, deadline = written_by(RUN_1)
+    beat = heartbeat("h", "g", deadline + 3_000, member, 1)  # arrived after the restart
+    result = runs(RUN_1, deadline + 1_000).run(state, [beat], deadline + 3_000)
+    assert resets_and_removals(result) == [("g", "coordinator_failover", deadline + 3_000)]
+    assert [r["error"] for r in result.outputs[DECISIONS]] == ["NONE"]
+
+
+def test_a_batch_run_again_by_a_later_run_decides_as_it_did() -> None:
+    """An interrupted batch is run again by the next run with its batch time and records, so
+    with its ticks: its epoch is the same, and so are its rows, whichever run executes it."""
+    state, member, deadline = written_by(RUN_1)
+    beat = heartbeat("h", "g", deadline + 3_000, member, 1)
+    first = runs(RUN_1, deadline + 1_000).run(state, [beat], deadline + 3_000)
+    again = runs(RUN_1, deadline + 1_000, deadline + 60_000).run(state, [beat], deadline + 3_000)
+    assert again.outputs == first.outputs
+    assert again.next_deadline_ms == first.next_deadline_ms
+    assert again.state == first.state
+
+
+def test_a_call_with_an_earlier_tick_does_not_use_up_the_load() -> None:
+    """A batch the stopped run planned, run again by the new one, ticks before the new run's
+    start: it is the old run's batch (its epoch), and the new run's first batch still loads."""
+    state, member, deadline = written_by(RUN_1)
+    restart = deadline + 20_000
+    runner = runs(RUN_1, restart)
+    describe = event(
+        {"event_id": "d", "event_time_ms": deadline - 5_000, "type": "describe", "group_id": "g"}
+    )
+    replayed = runner.run(state, [describe], deadline - 5_000)
+    assert resets_and_removals(replayed) == []
+    assert replayed.state is not None
+    assert CoordinatorShard.decode(replayed.state, CONFIG).epoch == RUN_1
+    loaded = runner.run(replayed.state, [], restart + 12_000)
+    assert resets_and_removals(loaded) == [("g", "coordinator_failover", restart + 12_000)]
+    # and a call with a tick before the shard's latest epoch neither loads nor forgets it
+    old = runner.run(loaded.state, [heartbeat("h", "g", 1, member, 1)], 1)
+    assert old.state is not None
+    assert CoordinatorShard.decode(old.state, CONFIG).epoch == restart
+
+
+def test_without_run_starts_a_shard_is_never_loaded() -> None:
     """Replays and event time have no runs: the shard keeps the epoch it had."""
-    state, _, deadline = written_by(1)
+    state, _, deadline = written_by(RUN_1)
     result = CoordinatorRunner(CONFIG, failover_gap_ms=60_000).run(state, [], deadline + 5_000)
-    assert resets_and_removals(result) == [("session_timeout", deadline)]
+    assert resets_and_removals(result) == [("g", "session_timeout", deadline)]
     assert result.state is not None
-    assert CoordinatorShard.decode(result.state, CONFIG).epoch == 1
+    assert CoordinatorShard.decode(result.state, CONFIG).epoch == RUN_1
 
 
 def test_the_epoch_s_state_version() -> None:
@@ -457,7 +529,7 @@ def test_the_epoch_s_state_version() -> None:
     assert plain[0] == STATE_VERSION
     record_size = int.from_bytes(with_epoch[1:5], "little")
     record = marshal.loads(with_epoch[5 : 5 + record_size])
-    for bad_epoch in ("7", 7.0):
+    for bad_epoch in ("7", 7.0, None, True):
         bad = marshal.dumps((*record[:5], bad_epoch), 4)
         data = bytes((3,)) + len(bad).to_bytes(4, "little") + bad + with_epoch[5 + record_size :]
         with pytest.raises(ValueError, match="malformed version 3 record"):

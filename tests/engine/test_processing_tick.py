@@ -200,21 +200,21 @@ def test_ticking_each_slice_to_its_batch_time_would_expire_the_member() -> None:
     assert decisions == ["NONE"] * 7 + ["UNKNOWN_MEMBER_ID"] * 17
 
 
-def restarted(epoch: int) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """A run (epoch 1) makes a stable member (10-s session, due at 11.5 s), and stops mid-batch.
-    The run of ``epoch`` starts at once: its first batch (at 25 s, the interrupted batch again)
+def restarted(*starts: int) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """A run started at 0 makes a stable member (10-s session, due at 11.5 s), and stops. The
+    runs of ``starts`` follow: the first batch at 25 s (capped: it reads other keys' records)
     calls the key by its timeout, with no records; the next (at 27 s) reads the heartbeats the
     member sent every 3 s while the job was down, from 4 s. The output of the two batches and
     the decisions' errors."""
 
-    def runs(epoch: int) -> StateFunction:
+    def runs(*starts: int) -> StateFunction:
         return StateFunction(
-            lambda: CoordinatorRunner(CONFIG, failover_gap_ms=GAP_MS, coordinator_epoch=epoch),
+            lambda: CoordinatorRunner(CONFIG, failover_gap_ms=GAP_MS, run_starts=starts),
             TimeMode.PROCESSING_TIME,
         )
 
-    member, state = stable_member(runs(1))
-    function = runs(epoch)
+    member, state = stable_member(runs(0))
+    function = runs(*starts)
     woken = state.next_call(25_000)
     woken.hasTimedOut = True
     out = out_tables(function.call(iter([frame(request_row("x", 0)).iloc[0:0]]), woken))
@@ -229,9 +229,10 @@ def restarted(epoch: int) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
 
 def test_a_restart_s_first_batch_loads_the_group_instead_of_expiring_its_member() -> None:
     """Down less than the failover gap: the timer is overdue by 13.5 s, yet it came due while
-    no run served the key, so the new run loads the group as a new coordinator would (its
-    sessions restart) and the heartbeats read a batch later find the member."""
-    out, errors = restarted(epoch=2)
+    no run served the key (the new run started at 20 s), so the new run loads the group as a
+    new coordinator would (its sessions restart) and the heartbeats read a batch later find the
+    member."""
+    out, errors = restarted(0, 20_000)
     assert errors == ["NONE"] * 7
     events = [(e["kind"], e["reason"], e["at_ms"]) for e in out["group_events"]]
     assert events == [("state_changed", "coordinator_failover", 25_000)]
@@ -240,7 +241,7 @@ def test_a_restart_s_first_batch_loads_the_group_instead_of_expiring_its_member(
 def test_the_same_call_within_one_run_expires_the_member() -> None:
     """The contrast: a key of the run that wrote it, called 13.5 s after its deadline (less than
     the gap), fires the timer, and the heartbeats waiting in the next batch are refused."""
-    out, errors = restarted(epoch=1)
+    out, errors = restarted(0)
     assert errors == ["UNKNOWN_MEMBER_ID"] * 7
     removed = [
         (e["reason"], e["at_ms"]) for e in out["group_events"] if e["kind"] == "member_removed"

@@ -31,6 +31,7 @@ from controlplane.engine.progress import (
     make_listener,
 )
 from controlplane.engine.reload import SettingsSource
+from controlplane.engine.runs import record_run_start
 from controlplane.engine.schemas import ENVELOPE, KEYED_INPUT, STATE, STATE_TEXT
 from controlplane.engine.secrets import SecretLookup, databricks_lookup, resolve_mapping
 from controlplane.io.answers import AnswersPublisher
@@ -52,19 +53,19 @@ QUOTA_TABLES = ("quota_decisions", "throttle_events", "rejected_events")
 
 class CoordinatorRunners:
     """Builds the coordinator runner from the current settings (runs in the workers).
-    ``coordinator_epoch`` tells this run of the query from the runs before it (processing time:
-    its start's wall-clock milliseconds): a shard written by an earlier run is loaded, as by a
-    new coordinator (core.coordinator.runner, docs/engine.md, "Clock, timers and failover")."""
+    ``run_starts``: when each run of the query started, this one last (processing time,
+    engine.runs): a shard is loaded again, as by a new coordinator, when its key's tick passes
+    a run's start (core.coordinator.runner; docs/engine.md, "A restart loads the groups")."""
 
     def __init__(
         self,
         settings: SettingsSource,
         failover_gap_ms: int | None,
-        coordinator_epoch: int | None = None,
+        run_starts: tuple[int, ...] = (),
     ) -> None:
         self.settings = settings
         self.failover_gap_ms = failover_gap_ms
-        self.coordinator_epoch = coordinator_epoch
+        self.run_starts = run_starts
 
     def __call__(self) -> Runner:
         from controlplane.core.coordinator.runner import CoordinatorRunner
@@ -73,7 +74,7 @@ class CoordinatorRunners:
         return CoordinatorRunner(
             config,
             failover_gap_ms=self.failover_gap_ms,
-            coordinator_epoch=self.coordinator_epoch,
+            run_starts=self.run_starts,
         )
 
 
@@ -387,14 +388,17 @@ def build_coordinator_query(
     options = options or parse_engine_options(settings, config_path)
     if options.coordinator_source is None:
         raise ValueError("sources.coordinator is not configured")
-    processing_time = options.mode is TimeMode.PROCESSING_TIME
-    gap = options.failover_gap_ms if processing_time else None
-    epoch = time.time_ns() // 1_000_000 if processing_time else None  # this run of the query
+    gap: int | None = None
+    starts: tuple[int, ...] = ()
+    if options.mode is TimeMode.PROCESSING_TIME:
+        gap = options.failover_gap_ms
+        now_ms = time.time_ns() // 1_000_000
+        starts = record_run_start(spark, options.checkpoint(name), now_ms)  # this run's last
     return build_query(
         spark,
         options,
         source=options.coordinator_source,
-        runners=CoordinatorRunners(_settings_source(settings, config_path), gap, epoch),
+        runners=CoordinatorRunners(_settings_source(settings, config_path), gap, starts),
         tables=COORDINATOR_TABLES,
         name=name,
         available_now=available_now,

@@ -3,9 +3,9 @@
 Which file system a checkpoint is on is Spark's to say: a plain path or a ``file:`` URI is on
 this machine only when Spark's default file system is (a local session, ``here``). Then the
 engine reads Spark's state schema and commits from the files, and reads and writes its own
-record beside them (``KEYING_RECORD``) directly. Anywhere else (Databricks, whose default file
-system is DBFS; Spark Connect, whose server is elsewhere) it asks Spark (engine.checkpoints),
-and Spark's text source and writer carry the record.
+records beside them (``KEYING_RECORD``, ``RUNS_RECORD``) directly. Anywhere else (Databricks,
+whose default file system is DBFS; Spark Connect, whose server is elsewhere) it asks Spark
+(engine.checkpoints, engine.runs), and Spark's text source and writer carry the records.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from controlplane.io.archive import local_path
 # The keying a checkpoint's state is under (engine.checkpoints), one line of JSON: a file here,
 # a directory of Spark's text output elsewhere. Spark ignores it.
 KEYING_RECORD: Final = "controlplane_keying.json"
+# When each run of the coordinator query started (engine.checkpoints.record_run_start).
+RUNS_RECORD: Final = "controlplane_runs.json"
 _PATH_NOT_FOUND: Final = "PATH_NOT_FOUND"  # Spark's error class for a path that does not exist
 
 
@@ -75,16 +77,17 @@ def has_commits(root: Path) -> bool:
 
 
 class RecordError(Exception):
-    """A keying record that cannot be read or written as asked."""
+    """A record of the engine's that cannot be read or written as asked."""
 
 
-def read_record(spark: Any, checkpoint: str) -> str | None:
-    """The checkpoint's keying record (its one line); None when it has none, a RecordError
+def read_record(spark: Any, checkpoint: str, name: str = KEYING_RECORD) -> str | None:
+    """The checkpoint's record ``name`` (its one line); None when it has none, a RecordError
     for one that is there but empty or unreadable."""
     root = here(spark, checkpoint)
     if root is None:
-        return _one_line(_read_through_spark(spark, _glob_escaped(_record_location(checkpoint))))
-    path = root / KEYING_RECORD
+        location = _record_location(checkpoint, name)
+        return _one_line(_read_through_spark(spark, _glob_escaped(location)))
+    path = root / name
     try:
         if path.is_dir():  # written through Spark: its part files
             lines = [line for part in _parts(path) for line in _lines(part)]
@@ -97,27 +100,30 @@ def read_record(spark: Any, checkpoint: str) -> str | None:
     return _one_line(lines)
 
 
-def write_record(spark: Any, checkpoint: str, text: str, *, replace: bool) -> None:
-    """Write the checkpoint's keying record (one line). ``replace``: over a record already
+def write_record(
+    spark: Any, checkpoint: str, text: str, *, replace: bool, name: str = KEYING_RECORD
+) -> None:
+    """Write the checkpoint's record ``name`` (one line). ``replace``: over a record already
     there (written aside, synced, then renamed into place); else a RecordError if one is (an
     exclusive create). The checkpoint's directory is created if need be. Elsewhere than
-    ``here`` Spark's text writer writes it, in either mode."""
+    ``here`` Spark's text writer writes it, in either mode (an overwrite that Spark does not
+    make atomic)."""
     root = here(spark, checkpoint)
     if root is None:
-        location = _record_location(checkpoint)
+        location = _record_location(checkpoint, name)
         try:
             frame = spark.createDataFrame([(text,)], "value string").coalesce(1)
             frame.write.mode("overwrite" if replace else "errorifexists").text(location)
         except Exception as exc:  # Spark's errors, through py4j or Spark Connect
             raise RecordError(f"{location}: {first_line(exc)}") from exc
         return
-    target = root / KEYING_RECORD
+    target = root / name
     try:
         root.mkdir(parents=True, exist_ok=True)
         if not replace:
             _write_new(target, text)
             return
-        aside = root / f".{KEYING_RECORD}.{uuid.uuid4().hex}.tmp"
+        aside = root / f".{name}.{uuid.uuid4().hex}.tmp"
         _write_new(aside, text)
         if target.is_dir():  # an earlier start's record, written through Spark
             shutil.rmtree(target)
@@ -136,8 +142,8 @@ def _write_new(path: Path, text: str) -> None:
         os.fsync(out.fileno())
 
 
-def _record_location(checkpoint: str) -> str:
-    return f"{checkpoint.rstrip('/')}/{KEYING_RECORD}"
+def _record_location(checkpoint: str, name: str) -> str:
+    return f"{checkpoint.rstrip('/')}/{name}"
 
 
 def _glob_escaped(location: str) -> str:

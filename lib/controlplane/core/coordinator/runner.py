@@ -15,12 +15,15 @@ machine (``machine``) under the clock rules of docs/reference/events.md §6:
   its timers fire, as Kafka does when a coordinator loads a group. Lateness of a timer, not the
   lag of the group's clock, is the measure: a group may be idle for hours (no timer due) and a
   crashed member's session must still expire when its deadline is reached;
-* loading (``coordinator_epoch``, the engine's run): a shard last written under another epoch
-  is being loaded, as by a new coordinator after a failover, whose downtime need not be longer
-  than the gap: in the first call of the new epoch, the first touch of a group with a timer
-  due at all resets its sessions the same way. Every timer due then came due while no run
-  served the shard (a running engine calls a key by its deadline), and the requests that kept
-  its members may be waiting in records not read yet;
+* loading (``run_starts``, when each run of the engine started): a call's epoch is the latest
+  run start at or before its tick. A shard whose state was written under an earlier epoch (or
+  none) is being loaded, as by a new coordinator after a failover, whose downtime need not be
+  longer than the gap: in that call, the first touch of a group with a timer due at all resets
+  its sessions the same way. Such a timer came due while no run served the shard, or, for a
+  key the new run first calls at its timeout, while it did (such a member is then removed up
+  to one session later than by a running coordinator); either way the requests that kept its
+  members may be waiting in records not read yet. The epoch follows the tick, not the run that
+  executes the call, so a batch run again by a later run decides as it did the first time;
 * idempotence (``core/idempotence.py``, the quota's design too): a request whose ``event_id``
   is among the group's last 64 handled requests is not handled again; it leaves a
   ``duplicate_request`` group event. The window lives with the group: when a group ceases to
@@ -42,14 +45,15 @@ groups it touches, not the shard's size. A group is read as its encoding's lists
 as a ``Group`` only when something needs one: a heartbeat from a member in good standing, the
 most common request, is answered on the lists (``fields.py``: ``machine.handle``'s fast path).
 A version 1 state (one struct header per group) is still read, and written back as version 2.
-Version 3 is version 2 with the epoch that last wrote the shard after the four lists; a shard
-with an epoch is written as version 3, one without as version 2.
+Version 3 is version 2 with the latest epoch the shard was called in after the four lists; a
+shard with an epoch is written as version 3, one without as version 2.
 """
 
 from __future__ import annotations
 
 import marshal
 import struct
+from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any, Final
@@ -177,8 +181,8 @@ class CoordinatorShard:
     ) -> None:
         self.config = config
         self.failover_gap_ms = failover_gap_ms
-        self.epoch = coordinator_epoch  # the run the shard is written by (None: no runs)
-        self._loading = False  # the decoded state was written under another epoch
+        self.epoch = coordinator_epoch  # the latest epoch of a call (None: no runs)
+        self._loading = False  # the decoded state was written under an earlier epoch
         self.clock_ms: int | None = None  # the latest time the shard has seen
         self._ids: list[str] = []
         self._clocks: list[int] = []
@@ -475,7 +479,8 @@ class CoordinatorShard:
         coordinator_epoch: int | None = None,
     ) -> CoordinatorShard:
         """A shard from its state bytes (None: an empty shard). Raises ValueError if corrupt.
-        With an epoch, a state written under another one (or under none) is being loaded."""
+        With an epoch, a state written under an earlier one (or under none) is being loaded;
+        the shard keeps the later of the two."""
         shard = cls(config, failover_gap_ms=failover_gap_ms, coordinator_epoch=coordinator_epoch)
         if data is None:
             return shard
@@ -490,9 +495,12 @@ class CoordinatorShard:
             raise ValueError(
                 f"coordinator state: unsupported version {found} (this build reads 1 to 3)"
             )
-        shard._loading = coordinator_epoch is not None and stored_epoch != coordinator_epoch
         if coordinator_epoch is None:
             shard.epoch = stored_epoch  # kept as it was
+        elif stored_epoch is None or stored_epoch < coordinator_epoch:
+            shard._loading = True
+        else:  # a call whose tick is before the latest epoch the shard has seen
+            shard.epoch = stored_epoch
         return shard
 
     def _read(self, data: bytes, *, with_epoch: bool) -> int | None:
@@ -515,7 +523,7 @@ class CoordinatorShard:
                 and set(map(type, sizes)) <= {int}
                 and min(sizes, default=0) >= 0
                 and (clock_ms is None or type(clock_ms) is int)
-                and (epoch is None or type(epoch) is int)
+                and (not with_epoch or type(epoch) is int)
             )
         except (EOFError, ValueError, TypeError):
             shaped = False
@@ -583,11 +591,11 @@ class CoordinatorRunner:
         config: CoordinatorConfig,
         *,
         failover_gap_ms: int | None = None,
-        coordinator_epoch: int | None = None,
+        run_starts: Sequence[int] = (),
     ) -> None:
         self.config = config
         self.failover_gap_ms = failover_gap_ms
-        self.coordinator_epoch = coordinator_epoch
+        self.run_starts = tuple(run_starts)  # in increasing order
 
     def run(
         self, state: bytes | None, events: Sequence[TimedEvent], tick_ms: int | None
@@ -596,7 +604,7 @@ class CoordinatorRunner:
             state,
             self.config,
             failover_gap_ms=self.failover_gap_ms,
-            coordinator_epoch=self.coordinator_epoch,
+            coordinator_epoch=epoch_at(self.run_starts, tick_ms),
         )
         outputs: Rows = {DECISIONS: [], GROUP_EVENTS: []}
         for event in events:
@@ -605,6 +613,15 @@ class CoordinatorRunner:
             shard.tick_into(tick_ms, outputs)
         outputs[GROUPS] = shard.group_rows()
         return RunResult(shard.encode(), outputs, shard.next_deadline_ms())
+
+
+def epoch_at(run_starts: Sequence[int], tick_ms: int | None) -> int | None:
+    """The latest run start at or before ``tick_ms`` (``run_starts`` in increasing order);
+    None without a tick or before the first start."""
+    if tick_ms is None:
+        return None
+    at = bisect_right(run_starts, tick_ms)
+    return run_starts[at - 1] if at else None
 
 
 def _emit(step: machine.Step, rows: Rows) -> None:
