@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.core.config import CoordinatorConfig
@@ -431,7 +431,7 @@ def test_the_run_that_wrote_the_shard_fires_the_same_timer() -> None:
     assert resets_and_removals(result) == [("g", "session_timeout", deadline)]
 
 
-def test_only_the_first_call_of_a_new_run_loads() -> None:
+def test_only_the_first_call_past_a_new_run_s_start_loads() -> None:
     """The reset records the new epoch: the session it gave runs out in the same run, and the
     member is removed then, as by a running coordinator."""
     state, _, deadline = written_by(RUN_1)
@@ -442,15 +442,48 @@ def test_only_the_first_call_of_a_new_run_loads() -> None:
     assert resets_and_removals(expired) == [("g", "session_timeout", deadline + 5_000 + SESSION_MS)]
 
 
-def test_a_timer_not_due_at_the_first_call_of_a_new_run_fires_at_its_deadline() -> None:
-    """A crashed member of a group the new run first reaches before its deadline is removed at
-    that deadline: its timer comes due while the run serves the shard."""
+def test_a_timer_not_due_at_the_loading_call_fires_at_its_deadline() -> None:
+    """A crashed member of a group whose key the new run loads before its deadline is removed
+    at that deadline: its timer comes due while the run serves the shard."""
     state, _, deadline = written_by(RUN_1)
     runner = runs(RUN_1, deadline - 2_000)
     first = runner.run(state, [], deadline - 1_000)
     assert first.outputs[GROUP_EVENTS] == []
     due = runner.run(first.state, [], deadline + 2_000)
     assert resets_and_removals(due) == [("g", "session_timeout", deadline)]
+
+
+def test_a_timer_due_before_the_key_s_tick_passes_the_start_is_reset_when_it_does() -> None:
+    """The first call after the restart ticks before the new run's start (a batch of the old
+    run's, run again): nothing is due and nothing is loaded. The next call passes the start and
+    loads the group, whose timer came due meanwhile: its member gets a new session."""
+    state, _, deadline = written_by(RUN_1)
+    runner = runs(RUN_1, deadline - 500)
+    replayed = runner.run(state, [], deadline - 1_000)
+    assert replayed.outputs[GROUP_EVENTS] == []
+    loaded = runner.run(replayed.state, [], deadline + 2_000)
+    assert resets_and_removals(loaded) == [("g", "coordinator_failover", deadline + 2_000)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    beats=st.lists(st.integers(0, 40_000), max_size=4),
+    tick_ms=st.integers(0, 40_000),
+    starts=st.lists(st.integers(-10_000, 40_000), max_size=3, unique=True),
+    later=st.integers(1, 30_000),
+)
+def test_a_start_after_a_call_s_tick_changes_nothing_in_it(
+    beats: list[int], tick_ms: int, starts: list[int], later: int
+) -> None:
+    """What a batch run again by a later run sees: the same state, events and tick, and more
+    starts, all after its tick. Its rows, state and deadline are the same."""
+    state, member, _ = written_by(RUN_1)
+    events = [heartbeat(f"h{n}", "g", t, member, 1) for n, t in enumerate(sorted(beats))]
+    known = tuple(sorted({RUN_1, *(s for s in starts if s <= tick_ms)}))
+    first = runs(*known).run(state, events, tick_ms)
+    again = runs(*known, tick_ms + later).run(state, events, tick_ms)
+    assert again.outputs == first.outputs
+    assert (again.state, again.next_deadline_ms) == (first.state, first.next_deadline_ms)
 
 
 def test_only_the_groups_with_a_timer_due_are_loaded() -> None:

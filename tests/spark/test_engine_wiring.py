@@ -51,7 +51,7 @@ def test_timers_fire_without_input_and_bad_lines_are_rejected(
         spark,
         options,
         source=source,
-        runners=CountingRunner,
+        runners_for=lambda _: CountingRunner,
         tables=("decisions", "group_events", "rejected_events"),
         name="wiring",
     )

@@ -22,7 +22,9 @@ from controlplane.engine.checkpoints import state_format_from_spark, state_forma
 from controlplane.engine.keying import shard_of
 from controlplane.engine.options import EngineOptions, Keying
 from controlplane.engine.queries import build_coordinator_query
+from controlplane.engine.runs import parse_runs, plan_run_start, record_run_start
 from controlplane.engine.session import STATE_CODEC_KEY
+from controlplane.io import checkpoint as checkpoint_files
 from controlplane.io import sinks
 from controlplane.io.checkpoint import RUNS_RECORD
 from controlplane.io.options import CleanSource, SourceOptions
@@ -316,9 +318,32 @@ def test_a_restart_shorter_than_the_gap_loads_a_group_whose_heartbeats_wait_in_t
         r for r in audit if r["kind"] == "member_removed" and r["at_ms"] < loaded["at_ms"] + 6_000
     ]
     assert early == []
-    runs = json.loads((Path(options.checkpoint("coordinator")) / RUNS_RECORD).read_text())
-    first, second = runs["starts"]
+    record = Path(options.checkpoint("coordinator")) / RUNS_RECORD
+    first, second = parse_runs(record.read_text().splitlines())
     assert first < synced_ms < second <= loaded["at_ms"]  # loaded in the second run
+
+
+def test_the_record_of_runs_of_a_checkpoint_spark_resolves_goes_through_spark(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a file system that is not Spark's local default (DBFS on Databricks) the record of
+    runs is read with Spark's text source and appended to with its writer, and the last planned
+    batch's time is read from Spark's offset log (glob characters in the path escaped)."""
+    checkpoint = str(tmp_path / "run[1]")
+    offsets = tmp_path / "run[1]" / "offsets"
+    with monkeypatch.context() as elsewhere:
+        elsewhere.setattr(checkpoint_files, "_default_fs_is_local", lambda _spark: False)
+        assert plan_run_start(spark, checkpoint, 1_000) == (1_000,)
+        record_run_start(spark, checkpoint, 1_000)
+        offsets.mkdir()
+        for batch, batch_ms in ((4, 8_000), (5, 9_500)):
+            meta = {"batchWatermarkMs": 0, "batchTimestampMs": batch_ms, "conf": {}}
+            (offsets / str(batch)).write_text(f"v1\n{json.dumps(meta)}\n{{}}\n")
+        assert plan_run_start(spark, checkpoint, 2_000) == (1_000, 9_501)
+        record_run_start(spark, checkpoint, 9_501)
+        assert plan_run_start(spark, checkpoint, 20_000) == (1_000, 9_501, 20_000)
+    assert (tmp_path / "run[1]" / RUNS_RECORD).is_dir()  # Spark's output, a part file a run
+    assert plan_run_start(spark, checkpoint, 20_000) == (1_000, 9_501, 20_000)  # read here too
 
 
 def test_sessions_survive_a_restart_shorter_than_the_failover_gap(

@@ -31,7 +31,7 @@ from controlplane.engine.progress import (
     make_listener,
 )
 from controlplane.engine.reload import SettingsSource
-from controlplane.engine.runs import record_run_start
+from controlplane.engine.runs import plan_run_start, record_run_start
 from controlplane.engine.schemas import ENVELOPE, KEYED_INPUT, STATE, STATE_TEXT
 from controlplane.engine.secrets import SecretLookup, databricks_lookup, resolve_mapping
 from controlplane.io.answers import AnswersPublisher
@@ -295,7 +295,7 @@ def build_query(
     options: EngineOptions,
     *,
     source: SourceOptions,
-    runners: Callable[[], Runner],
+    runners_for: Callable[[str], Callable[[], Runner]],
     tables: tuple[str, ...],
     name: str,
     keyer: Callable[[SparkKeys], QuotaKeyer] | None = None,
@@ -306,8 +306,9 @@ def build_query(
 ) -> Any:
     """Any runner behind the same pipeline: keyed by a JSON field (Spark expression) or by a
     Python keyer (mapInPandas), then the adapter and the foreachBatch sink (and the answers
-    topic). ``secret_lookup`` reads ``{{secrets/...}}`` references (Databricks' secret store
-    when on Databricks)."""
+    topic). ``runners_for`` gives the runner factory for the query's checkpoint, once its
+    source, tables and keying are checked. ``secret_lookup`` reads ``{{secrets/...}}``
+    references (Databricks' secret store when on Databricks)."""
     from pyspark.sql import functions as F
 
     check_table_names(spark, options)
@@ -342,6 +343,7 @@ def build_query(
             "principal",
             "reject_reason",
         )
+    runners = runners_for(checkpoint)
     function = StateFunction(runners, options.mode, state_format, answers is not None)
     state = _stateful(_with_time(keyed, options), function, options)
     log.info(
@@ -385,24 +387,49 @@ def build_coordinator_query(
     name: str = "coordinator",
     available_now: bool = False,
 ) -> Any:
+    """The coordinator query's writer. In processing time it records a new run's start in the
+    checkpoint (``NewRun``): build one writer for each start."""
     options = options or parse_engine_options(settings, config_path)
     if options.coordinator_source is None:
         raise ValueError("sources.coordinator is not configured")
-    gap: int | None = None
-    starts: tuple[int, ...] = ()
+    settings_source = _settings_source(settings, config_path)
+    run = None
     if options.mode is TimeMode.PROCESSING_TIME:
-        gap = options.failover_gap_ms
-        now_ms = time.time_ns() // 1_000_000
-        starts = record_run_start(spark, options.checkpoint(name), now_ms)  # this run's last
-    return build_query(
+        run = NewRun(spark, settings_source, options.failover_gap_ms)
+    writer = build_query(
         spark,
         options,
         source=options.coordinator_source,
-        runners=CoordinatorRunners(_settings_source(settings, config_path), gap, starts),
+        runners_for=run.runners_for if run else lambda _: CoordinatorRunners(settings_source, None),
         tables=COORDINATOR_TABLES,
         name=name,
         available_now=available_now,
     )
+    if run is not None:
+        run.record()  # once the query is built
+    return writer
+
+
+class NewRun:
+    """The runners of a new run of the coordinator query (processing time, engine.runs): the
+    run's start is planned when the query is built, and recorded once it is built, so a query
+    refused while it is built records none. A writer is for one start: build one a start."""
+
+    def __init__(self, spark: Any, settings: SettingsSource, failover_gap_ms: int) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.failover_gap_ms = failover_gap_ms
+        self.checkpoint: str | None = None
+        self.starts: tuple[int, ...] = ()
+
+    def runners_for(self, checkpoint: str) -> CoordinatorRunners:
+        self.checkpoint = checkpoint
+        self.starts = plan_run_start(self.spark, checkpoint, time.time_ns() // 1_000_000)
+        return CoordinatorRunners(self.settings, self.failover_gap_ms, self.starts)
+
+    def record(self) -> None:
+        assert self.checkpoint is not None, "the query was not built"
+        record_run_start(self.spark, self.checkpoint, self.starts[-1])
 
 
 def build_quota_query(
@@ -422,7 +449,7 @@ def build_quota_query(
         spark,
         options,
         source=options.quota_source,
-        runners=QuotaRunners(settings_source),
+        runners_for=lambda _: QuotaRunners(settings_source),
         tables=QUOTA_TABLES,
         name=name,
         keyer=functools.partial(QuotaKeyer, settings_source),

@@ -11,6 +11,7 @@ whose default file system is DBFS; Spark Connect, whose server is elsewhere) it 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ from controlplane.io.archive import local_path
 # The keying a checkpoint's state is under (engine.checkpoints), one line of JSON: a file here,
 # a directory of Spark's text output elsewhere. Spark ignores it.
 KEYING_RECORD: Final = "controlplane_keying.json"
-# When each run of the coordinator query started (engine.checkpoints.record_run_start).
+# When each run of the coordinator query started (engine.runs), a line of JSON a run, appended.
 RUNS_RECORD: Final = "controlplane_runs.json"
 _PATH_NOT_FOUND: Final = "PATH_NOT_FOUND"  # Spark's error class for a path that does not exist
 
@@ -80,50 +81,126 @@ class RecordError(Exception):
     """A record of the engine's that cannot be read or written as asked."""
 
 
-def read_record(spark: Any, checkpoint: str, name: str = KEYING_RECORD) -> str | None:
-    """The checkpoint's record ``name`` (its one line); None when it has none, a RecordError
+def read_record(spark: Any, checkpoint: str) -> str | None:
+    """The checkpoint's keying record (its one line); None when it has none, a RecordError
     for one that is there but empty or unreadable."""
+    return _one_line(read_lines(spark, checkpoint, name=KEYING_RECORD))
+
+
+def read_lines(spark: Any, checkpoint: str, *, name: str) -> list[str] | None:
+    """The lines of the checkpoint's record ``name``, in no particular order when it was
+    written through Spark; None when it has none, a RecordError for one that is unreadable."""
     root = here(spark, checkpoint)
     if root is None:
-        location = _record_location(checkpoint, name)
-        return _one_line(_read_through_spark(spark, _glob_escaped(location)))
+        return _read_through_spark(spark, _glob_escaped(_record_location(checkpoint, name)))
     path = root / name
     try:
         if path.is_dir():  # written through Spark: its part files
-            lines = [line for part in _parts(path) for line in _lines(part)]
-        else:
-            lines = _lines(path)
+            return [line for part in _parts(path) for line in _lines(part)]
+        return _lines(path)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordError(f"{path}: {exc}") from exc
-    return _one_line(lines)
 
 
-def write_record(
-    spark: Any, checkpoint: str, text: str, *, replace: bool, name: str = KEYING_RECORD
-) -> None:
-    """Write the checkpoint's record ``name`` (one line). ``replace``: over a record already
-    there (written aside, synced, then renamed into place); else a RecordError if one is (an
-    exclusive create). The checkpoint's directory is created if need be. Elsewhere than
-    ``here`` Spark's text writer writes it, in either mode (an overwrite that Spark does not
-    make atomic)."""
+def append_line(spark: Any, checkpoint: str, text: str, *, name: str) -> None:
+    """Add a line to the checkpoint's record ``name``, created if need be (with the
+    checkpoint's directory): here appended to its file and synced; elsewhere a part file of
+    its own, by Spark's text writer in append mode. Nothing is deleted or rewritten, so a
+    crash leaves the lines written before it as they were."""
     root = here(spark, checkpoint)
     if root is None:
         location = _record_location(checkpoint, name)
         try:
             frame = spark.createDataFrame([(text,)], "value string").coalesce(1)
-            frame.write.mode("overwrite" if replace else "errorifexists").text(location)
+            frame.write.mode("append").text(location)
         except Exception as exc:  # Spark's errors, through py4j or Spark Connect
             raise RecordError(f"{location}: {first_line(exc)}") from exc
         return
     target = root / name
     try:
         root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        raise RecordError(f"{target}: {exc}") from exc
+
+
+def latest_batch_time_ms(spark: Any, checkpoint: str) -> int | None:
+    """The batch time Spark recorded for the last batch it planned (``batchTimestampMs`` in
+    its offset log, ``offsets/<batch>``: a batch not committed is run again with it); None for
+    a checkpoint that has planned none."""
+    root = here(spark, checkpoint)
+    if root is None:
+        return _latest_batch_time_through_spark(spark, checkpoint)
+    offsets = root / "offsets"
+    try:
+        batches = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()]
+        if not batches:
+            return None
+        lines = _lines(offsets / str(max(batches)))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"{offsets}: {exc}") from exc
+    return _batch_time(lines, str(offsets))
+
+
+def _batch_time(lines: list[str], where: str) -> int:
+    """The ``batchTimestampMs`` of an offset log file's lines (a version, then the batch's
+    metadata as JSON, then the sources' offsets)."""
+    try:
+        value = json.loads(lines[1])["batchTimestampMs"]
+    except (IndexError, ValueError, TypeError, KeyError) as exc:
+        raise RecordError(f"{where}: not Spark's offset log ({exc!r})") from exc
+    if type(value) is not int:
+        raise RecordError(f"{where}: batchTimestampMs {value!r}")
+    return value
+
+
+def _latest_batch_time_through_spark(spark: Any, checkpoint: str) -> int | None:
+    """The largest ``batchTimestampMs`` of the offset log Spark keeps (the last batches'),
+    read with one small job; batch times never go back, so it is the last planned batch's."""
+    location = _glob_escaped(f"{checkpoint.rstrip('/')}/offsets")
+    try:
+        found = (
+            spark.read.text(location)
+            .selectExpr("max(cast(get_json_object(value, '$.batchTimestampMs') as long))")
+            .collect()
+        )
+    except Exception as exc:  # Spark's errors, through py4j or Spark Connect
+        if _PATH_NOT_FOUND in str(exc):
+            return None
+        raise RecordError(f"{location}: {first_line(exc)}") from exc
+    value = found[0][0] if found else None
+    return None if value is None else int(value)
+
+
+def write_record(spark: Any, checkpoint: str, text: str, *, replace: bool) -> None:
+    """Write the checkpoint's keying record (one line). ``replace``: over a record already
+    there (written aside, synced, then renamed into place); else a RecordError if one is (an
+    exclusive create). The checkpoint's directory is created if need be. Elsewhere than
+    ``here`` Spark's text writer writes it, in either mode."""
+    root = here(spark, checkpoint)
+    if root is None:
+        location = _record_location(checkpoint, KEYING_RECORD)
+        try:
+            frame = spark.createDataFrame([(text,)], "value string").coalesce(1)
+            frame.write.mode("overwrite" if replace else "errorifexists").text(location)
+        except Exception as exc:  # Spark's errors, through py4j or Spark Connect
+            raise RecordError(f"{location}: {first_line(exc)}") from exc
+        return
+    target = root / KEYING_RECORD
+    try:
+        root.mkdir(parents=True, exist_ok=True)
         if not replace:
             _write_new(target, text)
             return
-        aside = root / f".{name}.{uuid.uuid4().hex}.tmp"
+        aside = root / f".{KEYING_RECORD}.{uuid.uuid4().hex}.tmp"
         _write_new(aside, text)
         if target.is_dir():  # an earlier start's record, written through Spark
             shutil.rmtree(target)

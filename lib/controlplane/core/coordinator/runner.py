@@ -19,9 +19,10 @@ machine (``machine``) under the clock rules of docs/reference/events.md §6:
   run start at or before its tick. A shard whose state was written under an earlier epoch (or
   none) is being loaded, as by a new coordinator after a failover, whose downtime need not be
   longer than the gap: in that call, the first touch of a group with a timer due at all resets
-  its sessions the same way. Such a timer came due while no run served the shard, or, for a
-  key the new run first calls at its timeout, while it did (such a member is then removed up
-  to one session later than by a running coordinator); either way the requests that kept its
+  its sessions the same way. Such a timer came due while no run served the shard, or before
+  the key's tick first passed the new run's start (a key woken only by its timeout, a backlog
+  read in slices): its member is then removed a session after the load, a timer's lateness
+  plus a session later than by a running coordinator. Either way the requests that kept its
   members may be waiting in records not read yet. The epoch follows the tick, not the run that
   executes the call, so a batch run again by a later run decides as it did the first time;
 * idempotence (``core/idempotence.py``, the quota's design too): a request whose ``event_id``
@@ -510,7 +511,7 @@ class CoordinatorShard:
         size = _HEADER.unpack_from(data, 0)[1] if len(data) >= start else -1
         if size < 0 or len(data) < start + size:
             raise ValueError("coordinator state: truncated")
-        epoch: Any = None
+        epoch: int | None = None
         try:
             record = marshal.loads(data[start : start + size])
             if with_epoch:
@@ -536,7 +537,7 @@ class CoordinatorShard:
         if len(data) > end:
             raise ValueError("coordinator state: trailing bytes after the last group")
         self._set(clock_ms, ids, clocks, deadlines, sizes, data[bodies:])
-        return epoch  # type: ignore[no-any-return]
+        return epoch
 
     def _set(
         self,
