@@ -111,21 +111,12 @@ def append_line(spark: Any, checkpoint: str, text: str, *, name: str) -> None:
     crash leaves the lines written before it as they were."""
     root = here(spark, checkpoint)
     if root is None:
-        location = _record_location(checkpoint, name)
-        try:
-            frame = spark.createDataFrame([(text,)], "value string").coalesce(1)
-            frame.write.mode("append").text(location)
-        except Exception as exc:  # Spark's errors, through py4j or Spark Connect
-            raise RecordError(f"{location}: {first_line(exc)}") from exc
+        _write_through_spark(spark, _record_location(checkpoint, name), text, "append")
         return
     target = root / name
     try:
         root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text + "\n")
-            out.flush()
-            os.fsync(out.fileno())
+        _write_synced(target, text, os.O_APPEND)
     except OSError as exc:
         raise RecordError(f"{target}: {exc}") from exc
 
@@ -188,20 +179,16 @@ def write_record(spark: Any, checkpoint: str, text: str, *, replace: bool) -> No
     root = here(spark, checkpoint)
     if root is None:
         location = _record_location(checkpoint, KEYING_RECORD)
-        try:
-            frame = spark.createDataFrame([(text,)], "value string").coalesce(1)
-            frame.write.mode("overwrite" if replace else "errorifexists").text(location)
-        except Exception as exc:  # Spark's errors, through py4j or Spark Connect
-            raise RecordError(f"{location}: {first_line(exc)}") from exc
+        _write_through_spark(spark, location, text, "overwrite" if replace else "errorifexists")
         return
     target = root / KEYING_RECORD
     try:
         root.mkdir(parents=True, exist_ok=True)
         if not replace:
-            _write_new(target, text)
+            _write_synced(target, text, os.O_EXCL)
             return
         aside = root / f".{KEYING_RECORD}.{uuid.uuid4().hex}.tmp"
-        _write_new(aside, text)
+        _write_synced(aside, text, os.O_EXCL)
         if target.is_dir():  # an earlier start's record, written through Spark
             shutil.rmtree(target)
         os.replace(aside, target)
@@ -210,13 +197,24 @@ def write_record(spark: Any, checkpoint: str, text: str, *, replace: bool) -> No
         raise RecordError(f"{target}: {reason}") from exc
 
 
-def _write_new(path: Path, text: str) -> None:
-    """``text`` and a newline in a file that must not exist yet, synced before it is closed."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+def _write_synced(path: Path, text: str, flag: int) -> None:
+    """``text`` and a newline written to ``path`` opened with ``flag`` (``os.O_EXCL``: a file
+    that must not exist yet; ``os.O_APPEND``: after what it holds), synced before it is
+    closed."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flag, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(text + "\n")
         out.flush()
         os.fsync(out.fileno())
+
+
+def _write_through_spark(spark: Any, location: str, text: str, mode: str) -> None:
+    """One line by Spark's text writer, in its save ``mode``."""
+    try:
+        frame = spark.createDataFrame([(text,)], "value string").coalesce(1)
+        frame.write.mode(mode).text(location)
+    except Exception as exc:  # Spark's errors, through py4j or Spark Connect
+        raise RecordError(f"{location}: {first_line(exc)}") from exc
 
 
 def _record_location(checkpoint: str, name: str) -> str:
