@@ -236,6 +236,29 @@ def test_a_restart_longer_than_the_failover_gap_resets_sessions(spark: Any, tmp_
     assert resets, "the failover reset leaves a trace in the audit"
 
 
+def capped_stable_member(
+    spark: Any, tmp_path: Path, group: str, failover_gap_ms: int
+) -> tuple[EngineOptions, str, int]:
+    """A query whose source reads one file a batch (``max_files_per_trigger`` 1, the source's
+    cap) makes a stable member of ``group`` (a 6-s session) and stops: its options, the member,
+    and a time at or after the group's clock."""
+    base = options_for(tmp_path, failover_gap_ms=failover_gap_ms)
+    source = replace(base.coordinator_source, max_files_per_trigger=1)
+    options = replace(base, coordinator_source=source)
+    query = start(spark, options)
+    try:
+        member = stable_member(Path(options.tables_root), tmp_path / "landing", query, group, 6_000)
+        return options, member, int(time.time() * 1000)
+    finally:
+        query.stop()
+
+
+def arrived(landing: Path, event: dict[str, Any], arrival_ms: int) -> None:
+    """``event`` dropped in a file that arrived at ``arrival_ms`` (while the job was down)."""
+    path = drop_events(landing, [event])
+    os.utime(path, ns=(arrival_ms * 1_000_000,) * 2)
+
+
 def test_a_backlog_read_in_capped_batches_keeps_a_member_that_heartbeat_through_the_stop(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -244,22 +267,13 @@ def test_a_backlog_read_in_capped_batches_keeps_a_member_that_heartbeat_through_
     arrival of the file it read, not past the files still waiting: every heartbeat is answered.
     A tick at the batch time would have found the 6-s session over after the first file
     (adapter.processing_tick)."""
-    base = options_for(tmp_path)
-    source = replace(base.coordinator_source, max_files_per_trigger=1)
-    options = replace(base, coordinator_source=source)
+    options, member, synced_ms = capped_stable_member(spark, tmp_path, "backlog", 30_000)
     tables, landing = Path(options.tables_root), tmp_path / "landing"
-    query = start(spark, options)
-    try:
-        member = stable_member(tables, landing, query, "backlog", 6_000)
-        synced_ms = int(time.time() * 1000)  # the group's clock is at or before this
-    finally:
-        query.stop()
     arrivals_ms = [synced_ms + 2_000 * n for n in range(1, 6)]  # to 10 s after the sync
     time.sleep(max(0.0, arrivals_ms[-1] / 1000 + 1 - time.time()))
     for n, arrival_ms in enumerate(arrivals_ms):
         beat = request("heartbeat", f"backlog-h{n}", "backlog", member, 1)
-        path = drop_events(landing, [beat])
-        os.utime(path, ns=(arrival_ms * 1_000_000,) * 2)  # it arrived while the job was down
+        arrived(landing, beat, arrival_ms)
     query = start(spark, options)
     try:
         answers = [decision(tables, f"backlog-h{n}", query) for n in range(len(arrivals_ms))]
@@ -283,27 +297,17 @@ def test_a_restart_shorter_than_the_gap_loads_a_group_whose_heartbeats_wait_in_t
     timeout with nothing to read: the new run loads the group (its sessions restart) rather
     than expiring the member, and every waiting heartbeat is answered. Before runs were
     recorded the member expired there (overdue by less than the gap) and all were refused."""
-    base = options_for(tmp_path, failover_gap_ms=600_000)
-    source = replace(base.coordinator_source, max_files_per_trigger=1)
-    options = replace(base, coordinator_source=source)
+    options, member, synced_ms = capped_stable_member(spark, tmp_path, "reload", 600_000)
     tables, landing = Path(options.tables_root), tmp_path / "landing"
     other = next(
         g for g in (f"other-{n}" for n in range(99)) if shard_of(g, 4) != shard_of("reload", 4)
     )
-    query = start(spark, options)
-    try:
-        member = stable_member(tables, landing, query, "reload", 6_000)
-        synced_ms = int(time.time() * 1000)  # the group's clock is at or before this
-    finally:
-        query.stop()
     describe = {"event_id": "other-d", "event_time_ms": 0, "type": "describe", "group_id": other}
-    path = drop_events(landing, [describe])
-    os.utime(path, ns=((synced_ms + 1_000) * 1_000_000,) * 2)  # read first, alone
+    arrived(landing, describe, synced_ms + 1_000)  # read first, alone
     arrivals_ms = [synced_ms + 2_000 * n for n in range(1, 5)]  # to 8 s after the sync
     time.sleep(max(0.0, arrivals_ms[-1] / 1000 + 1 - time.time()))
     for n, arrival_ms in enumerate(arrivals_ms):
-        path = drop_events(landing, [request("heartbeat", f"reload-h{n}", "reload", member, 1)])
-        os.utime(path, ns=(arrival_ms * 1_000_000,) * 2)  # sent while the job was down
+        arrived(landing, request("heartbeat", f"reload-h{n}", "reload", member, 1), arrival_ms)
     query = start(spark, options)
     try:
         answers = [decision(tables, f"reload-h{n}", query) for n in range(len(arrivals_ms))]
