@@ -228,3 +228,15 @@ def test_event_time_records_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     queries.build_coordinator_query(NoSpark(), parse_settings({}), options=options)
     assert (built[0].run_starts, built[0].failover_gap_ms) == ((), None)
     assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "text", ["v1\n", "v1\n{not json\n", 'v1\n{"batchTimestampMs": "9"}\n', 'v1\n["x"]\n']
+)
+def test_an_offset_log_that_is_not_spark_s_stops_the_job(tmp_path: Path, text: str) -> None:
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    (offsets / "3").write_text(text)
+    with pytest.raises(ConfigError, match=r"its offset log: .*offsets"):
+        plan_run_start(NoSpark(), str(tmp_path), 1_000)
+    assert not (tmp_path / RUNS_RECORD).exists()  # nothing recorded

@@ -92,7 +92,8 @@ def read_lines(spark: Any, checkpoint: str, *, name: str) -> list[str] | None:
     written through Spark; None when it has none, a RecordError for one that is unreadable."""
     root = here(spark, checkpoint)
     if root is None:
-        return _read_through_spark(spark, _glob_escaped(_record_location(checkpoint, name)))
+        values = _read_through_spark(spark, _glob_escaped(_inside(checkpoint, name)))
+        return None if values is None else [str(value) for value in values]
     path = root / name
     try:
         if path.is_dir():  # written through Spark: its part files
@@ -111,7 +112,7 @@ def append_line(spark: Any, checkpoint: str, text: str, *, name: str) -> None:
     crash leaves the lines written before it as they were."""
     root = here(spark, checkpoint)
     if root is None:
-        _write_through_spark(spark, _record_location(checkpoint, name), text, "append")
+        _write_through_spark(spark, _inside(checkpoint, name), text, "append")
         return
     target = root / name
     try:
@@ -156,18 +157,10 @@ def _batch_time(lines: list[str], where: str) -> int:
 def _latest_batch_time_through_spark(spark: Any, checkpoint: str) -> int | None:
     """The largest ``batchTimestampMs`` of the offset log Spark keeps (the last batches'),
     read with one small job; batch times never go back, so it is the last planned batch's."""
-    location = _glob_escaped(f"{checkpoint.rstrip('/')}/offsets")
-    try:
-        found = (
-            spark.read.text(location)
-            .selectExpr("max(cast(get_json_object(value, '$.batchTimestampMs') as long))")
-            .collect()
-        )
-    except Exception as exc:  # Spark's errors, through py4j or Spark Connect
-        if _PATH_NOT_FOUND in str(exc):
-            return None
-        raise RecordError(f"{location}: {first_line(exc)}") from exc
-    value = found[0][0] if found else None
+    location = _glob_escaped(_inside(checkpoint, "offsets"))
+    latest = "max(cast(get_json_object(value, '$.batchTimestampMs') as long))"
+    values = _read_through_spark(spark, location, latest)
+    value = values[0] if values else None
     return None if value is None else int(value)
 
 
@@ -178,7 +171,7 @@ def write_record(spark: Any, checkpoint: str, text: str, *, replace: bool) -> No
     ``here`` Spark's text writer writes it, in either mode."""
     root = here(spark, checkpoint)
     if root is None:
-        location = _record_location(checkpoint, KEYING_RECORD)
+        location = _inside(checkpoint, KEYING_RECORD)
         _write_through_spark(spark, location, text, "overwrite" if replace else "errorifexists")
         return
     target = root / KEYING_RECORD
@@ -217,7 +210,8 @@ def _write_through_spark(spark: Any, location: str, text: str, mode: str) -> Non
         raise RecordError(f"{location}: {first_line(exc)}") from exc
 
 
-def _record_location(checkpoint: str, name: str) -> str:
+def _inside(checkpoint: str, name: str) -> str:
+    """The location of ``name`` in the checkpoint, as Spark is given it."""
     return f"{checkpoint.rstrip('/')}/{name}"
 
 
@@ -227,14 +221,21 @@ def _glob_escaped(location: str) -> str:
     return re.sub(r"([\\\[\]{}*?])", r"\\\1", location)
 
 
-def _read_through_spark(spark: Any, location: str) -> list[str] | None:
+def _read_through_spark(
+    spark: Any, location: str, expression: str | None = None
+) -> list[Any] | None:
+    """The lines of the text files at ``location`` (or the rows of ``expression`` over their
+    ``value`` column), read by Spark; None when nothing is there."""
     try:
-        rows = spark.read.text(location).collect()
+        frame = spark.read.text(location)
+        if expression is not None:
+            frame = frame.selectExpr(expression)
+        rows = frame.collect()
     except Exception as exc:  # Spark's errors, through py4j or Spark Connect
         if _PATH_NOT_FOUND in str(exc):
             return None
         raise RecordError(f"{location}: {first_line(exc)}") from exc
-    return [str(row[0]) for row in rows]
+    return [row[0] for row in rows]
 
 
 def _lines(path: Path) -> list[str]:
