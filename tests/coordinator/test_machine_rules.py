@@ -311,6 +311,65 @@ def test_reset_sessions_restarts_every_session() -> None:
     assert step.group.member(a) is not None
 
 
+def test_a_rebalance_interrupted_by_a_failover_gets_its_whole_join_deadline_again() -> None:
+    """Kafka loads the group Stable and its members join again, each with a whole rebalance
+    timeout after the load; here the rebalance goes on, so its deadline restarts at the load
+    and a JoinGroup that waited past the old one is taken in."""
+    h = CoordinatorHarness()
+    a = dyn1(h, session_ms=30_000)
+    b = h.join(session_ms=30_000, rebalance_ms=10_000)
+    assert h.timer(TimerKind.JOIN) == 3000 + 10_000
+    h.advance_to(12_000)
+    h.failover()
+    assert h.timer(TimerKind.JOIN) == 12_000 + 10_000
+    assert [e.reason for e in h.events if e.kind is EventKind.STATE_CHANGED][-1] == (
+        "coordinator_failover"
+    )
+    h.advance_to(14_000)
+    h.join(a, session_ms=30_000, rebalance_ms=10_000)
+    h.assert_state(COMPLETING, 2, members={a, b.member_id})
+    assert b.ok().generation_id == 2
+
+
+def test_a_sync_interrupted_by_a_failover_gets_its_whole_deadline_again() -> None:
+    h = CoordinatorHarness()
+    a = dyn1j(h, session_ms=10_000, rebalance_ms=10_000)
+    assert h.timer(TimerKind.SYNC) == 13_000
+    h.advance_to(7000)
+    h.failover()
+    assert h.timer(TimerKind.SYNC) == 17_000
+    h.advance_to(14_000)
+    assert_sync(h.sync(a, 1), Errors.NONE)
+    h.assert_state(STABLE, 1, members={a})
+
+
+def test_an_initial_delay_interrupted_by_a_failover_starts_its_step_again() -> None:
+    h = CoordinatorHarness(group_initial_rebalance_delay_ms=3000)
+    first = h.join(session_ms=5000, rebalance_ms=10_000)
+    [timer] = [t for t in h.state.timers if t.kind is TimerKind.JOIN]
+    h.advance_to(2000)
+    h.failover()
+    [restarted] = [t for t in h.state.timers if t.kind is TimerKind.JOIN]
+    assert (restarted.deadline_ms, restarted.delay_ms, restarted.remaining_ms) == (
+        2000 + 3000,
+        timer.delay_ms,
+        timer.remaining_ms,
+    )
+    h.advance_to(4000)
+    assert first.parked
+    h.advance_to(5000)
+    assert first.ok().generation_id == 1
+
+
+def test_a_stable_group_keeps_its_timers_at_failover_but_its_sessions() -> None:
+    h = CoordinatorHarness()
+    dyn1(h)
+    before = [t for t in h.state.timers if t.kind is not TimerKind.HEARTBEAT]
+    h.advance_to(4000)
+    h.failover()
+    assert [t for t in h.state.timers if t.kind is not TimerKind.HEARTBEAT] == before
+
+
 def test_a_group_over_a_lowered_max_size_rebalances_at_failover() -> None:
     """GMM onLoaded: a freshly loaded group over ``group.max.size`` (lowered across the stop)
     rebalances; the rejoins beyond the limit are refused GROUP_MAX_SIZE_REACHED."""

@@ -465,6 +465,26 @@ def test_a_timer_due_before_the_key_s_tick_passes_the_start_is_reset_when_it_doe
     assert resets_and_removals(loaded) == [("g", "coordinator_failover", deadline + 2_000)]
 
 
+def test_a_rebalance_a_new_run_loads_takes_in_the_join_that_waited_in_the_backlog() -> None:
+    """Loaded mid-rebalance, the group gets a whole rebalance timeout again (Kafka loads it
+    Stable and its members join again), so the old member's JoinGroup, sent before the old
+    deadline and read after it, joins the rebalance instead of finding its member removed."""
+    shard = CoordinatorShard(CONFIG, coordinator_epoch=RUN_1)
+    old = stable_member(shard, "g", 0)
+    newcomer = answers(feed_all(shard, [join("j2", "g", 1_000)]), "j2")
+    assert newcomer == []  # parked: the rebalance waits for the old member until 11_000
+    state = shard.encode()
+    assert state is not None
+    restart, tick_ms = 11_500, 12_000
+    runner = runs(RUN_1, restart)
+    loaded = runner.run(state, [], tick_ms)
+    assert resets_and_removals(loaded) == [("g", "coordinator_failover", tick_ms)]
+    assert loaded.next_deadline_ms == tick_ms + SESSION_MS
+    rejoined = runner.run(loaded.state, [join("j3", "g", 10_500, old)], tick_ms + 500)
+    joins = {r["event_id"]: (r["error"], r["generation_id"]) for r in rejoined.outputs[DECISIONS]}
+    assert joins == {"j2": ("NONE", 2), "j3": ("NONE", 2)}
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     beats=st.lists(st.integers(0, 40_000), max_size=4),

@@ -185,6 +185,24 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def advance_clock(self, delay_ms: int) -> None:
         self.h.sleep(delay_ms)
 
+    @precondition(lambda self: self.h.group is not None)
+    @rule()
+    def failover(self) -> None:
+        """A new coordinator loads the group: nothing but its deadlines changes (the group is
+        within ``group.max.size``); a rebalance's only moves later."""
+        before = self.h.state
+        self.h.failover()
+        after = self.h.state
+        assert (after.phase, after.generation_id, after.members) == (
+            before.phase,
+            before.generation_id,
+            before.members,
+        )
+        deadlines = {(t.kind, t.member_id): t.deadline_ms for t in before.timers}
+        for timer in after.timers:
+            if timer.kind in (TimerKind.JOIN, TimerKind.SYNC):
+                assert timer.deadline_ms >= deadlines[(timer.kind, timer.member_id)], timer
+
     # -- invariants ----------------------------------------------------------------------------
 
     @invariant()
@@ -278,6 +296,16 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert group.phase is GroupPhase.COMPLETING_REBALANCE
         assert set(group.pending_sync_members) <= {m.member_id for m in group.members}
         assert not set(group.pending_join_members) & {m.member_id for m in group.members}
+
+    @invariant()
+    def a_rebalance_in_progress_has_its_deadline(self) -> None:
+        if self.h.group is None:
+            return
+        group = self.h.state
+        if group.phase is GroupPhase.PREPARING_REBALANCE:
+            assert self.h.timer(TimerKind.JOIN) is not None
+        if group.pending_sync_members:
+            assert self.h.timer(TimerKind.SYNC) is not None
 
     @invariant()
     def the_groups_row_is_the_describe_answer_s_fields(self) -> None:

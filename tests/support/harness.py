@@ -246,6 +246,11 @@ class CoordinatorHarness:
         self.send(DeleteGroup(header))
         return self._own(header.event_id)
 
+    def failover(self) -> list[Decision]:
+        """A new coordinator loads the group now (``machine.reset_sessions``)."""
+        assert self.group is not None
+        return self._record(machine.reset_sessions(self.group, self.now_ms, self.config))
+
     def force_prepare_rebalance(self) -> None:
         """The Java tests' PREPARE_REBALANCE hook (S31)."""
         assert self.group is not None

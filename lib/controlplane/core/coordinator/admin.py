@@ -10,7 +10,7 @@ from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.rebalance import prepare_rebalance
 from controlplane.core.coordinator.records import DescribedMember, EventKind
 from controlplane.core.coordinator.requests import Header, RequestType
-from controlplane.core.coordinator.state import Group, GroupPhase, Member
+from controlplane.core.coordinator.state import Group, GroupPhase, Member, TimerKind
 from controlplane.core.errors import Errors
 
 # docs/reference/events.md §2: the protocol name is "" outside these states.
@@ -120,8 +120,9 @@ def table_row(
 
 def reset_sessions(d: Draft) -> None:
     """What Kafka does when a coordinator loads a group: every session restarts now. Offline
-    static members (§14.1) stay offline."""
-    touched = False
+    static members (§14.1) stay offline. A rebalance the load interrupted gets its whole join or
+    sync deadline again (``_restart_rebalance_deadline``)."""
+    touched = _restart_rebalance_deadline(d)
     for member in d.members.values():
         if member.offline_since_ms is None:
             d.reset_session(member)
@@ -139,3 +140,32 @@ def reset_sessions(d: Draft) -> None:
         # chance for consumers to commit offsets"; rejoins beyond the limit are then refused
         # GROUP_MAX_SIZE_REACHED (acceptJoiningMember).
         prepare_rebalance(d, "group_max_size")
+
+
+def _restart_rebalance_deadline(d: Draft) -> bool:
+    """Kafka loads a group as it last stored it, Stable or Empty, so the members of a rebalance
+    interrupted by the failover join (and sync) again, each with a whole rebalance timeout after
+    the load. Here the rebalance goes on and its answers wait in the state, so its deadline
+    restarts instead: the join deadline (the initial delay keeps its step and what is left of
+    the extension) or the pending-sync deadline, as long as when it was set (also in Stable,
+    while followers still owe their SyncGroup). A JoinGroup or SyncGroup that waited in the
+    backlog then joins the rebalance it was sent to."""
+    if d.phase is GroupPhase.PREPARING_REBALANCE:
+        timer = d.timers.get((TimerKind.JOIN, ""))
+        if timer is None:
+            return False
+        if timer.delay_ms is not None:
+            d.schedule(
+                TimerKind.JOIN,
+                "",
+                timer.delay_ms,
+                initial_delay_ms=timer.delay_ms,
+                remaining_ms=timer.remaining_ms,
+            )
+        else:
+            d.schedule(TimerKind.JOIN, "", d.rebalance_timeout_ms())
+        return True
+    if (TimerKind.SYNC, "") in d.timers:  # CompletingRebalance, or Stable awaiting followers
+        d.schedule(TimerKind.SYNC, "", d.rebalance_timeout_ms())
+        return True
+    return False
