@@ -16,7 +16,10 @@ from controlplane.core.errors import Errors
 from support.harness import (
     COMPLETING,
     EMPTY,
+    FOLLOWER_IID,
+    LEADER_IID,
     PREPARING,
+    RR,
     STABLE,
     CoordinatorHarness,
     R,
@@ -24,6 +27,8 @@ from support.harness import (
     assert_sync,
     dyn1,
     dyn1j,
+    pending,
+    static2,
 )
 
 # -- describe and delete_group ----------------------------------------------------------------
@@ -311,44 +316,116 @@ def test_reset_sessions_restarts_every_session() -> None:
     assert step.group.member(a) is not None
 
 
-def test_a_rebalance_interrupted_by_a_failover_gets_its_whole_join_deadline_again() -> None:
+def test_a_rebalance_interrupted_by_a_failover_gets_a_whole_join_deadline_again() -> None:
     """Kafka loads the group Stable and its members join again, each with a whole rebalance
-    timeout after the load; here the rebalance goes on, so its deadline restarts at the load
-    and a JoinGroup that waited past the old one is taken in."""
+    timeout after the load; here the rebalance goes on, so its deadline moves to a rebalance
+    timeout after the load, and a JoinGroup sent before the old deadline and read after it is
+    taken in."""
     h = CoordinatorHarness()
     a = dyn1(h, session_ms=30_000)
     b = h.join(session_ms=30_000, rebalance_ms=10_000)
     assert h.timer(TimerKind.JOIN) == 3000 + 10_000
-    h.advance_to(12_000)
-    h.failover()
-    assert h.timer(TimerKind.JOIN) == 12_000 + 10_000
-    assert [e.reason for e in h.events if e.kind is EventKind.STATE_CHANGED][-1] == (
-        "coordinator_failover"
+    h.failover(at_ms=16_000)
+    assert h.timer(TimerKind.JOIN) == 16_000 + 10_000
+    assert [(e.reason, e.at_ms) for e in h.events if e.kind is EventKind.STATE_CHANGED][-1] == (
+        "coordinator_failover",
+        16_000,
     )
-    h.advance_to(14_000)
+    h.advance_to(17_000)
     h.join(a, session_ms=30_000, rebalance_ms=10_000)
     h.assert_state(COMPLETING, 2, members={a, b.member_id})
     assert b.ok().generation_id == 2
 
 
-def test_a_sync_interrupted_by_a_failover_gets_its_whole_deadline_again() -> None:
+def test_a_later_join_deadline_is_kept_at_failover() -> None:
+    """The deadline set by a member with a longer rebalance timeout, who left since, is later
+    than a rebalance timeout after the load: it stays."""
     h = CoordinatorHarness()
-    a = dyn1j(h, session_ms=10_000, rebalance_ms=10_000)
+    a = dyn1(h, session_ms=30_000, rebalance_ms=10_000)
+    b = h.join(session_ms=30_000, rebalance_ms=30_000)
+    assert h.timer(TimerKind.JOIN) == 3000 + 30_000
+    h.leave(member_id=b.member_id)
+    h.assert_state(PREPARING, 1, members={a})
+    h.failover(at_ms=4000)
+    assert h.timer(TimerKind.JOIN) == 33_000
+
+
+def test_a_sync_interrupted_by_a_failover_gets_a_whole_deadline_again() -> None:
+    h = CoordinatorHarness()
+    a = dyn1j(h, session_ms=30_000, rebalance_ms=10_000)
     assert h.timer(TimerKind.SYNC) == 13_000
-    h.advance_to(7000)
-    h.failover()
-    assert h.timer(TimerKind.SYNC) == 17_000
-    h.advance_to(14_000)
+    h.failover(at_ms=15_000)
+    assert h.timer(TimerKind.SYNC) == 25_000
+    h.advance_to(16_000)
     assert_sync(h.sync(a, 1), Errors.NONE)
     h.assert_state(STABLE, 1, members={a})
+
+
+def stable_awaiting_the_follower(h: CoordinatorHarness) -> tuple[str, str]:
+    """The leader has synced generation 2, the follower still owes its SyncGroup."""
+    leader = dyn1j(h, session_ms=30_000, rebalance_ms=10_000)
+    assert_sync(h.sync(leader, 1, assignments={leader: ""}), Errors.NONE)
+    fj = h.join(session_ms=30_000, rebalance_ms=10_000)
+    h.join(leader, session_ms=30_000, rebalance_ms=10_000)
+    assert fj.ok().generation_id == 2
+    assert_sync(h.sync(leader, 2), Errors.NONE)
+    h.assert_state(STABLE, 2, members={leader, fj.member_id})
+    assert h.pending_sync() == {fj.member_id}
+    assert h.timer(TimerKind.SYNC) == 13_000
+    return leader, fj.member_id
+
+
+def test_a_follower_s_sync_owed_in_stable_gets_a_whole_deadline_again() -> None:
+    h = CoordinatorHarness()
+    _, follower = stable_awaiting_the_follower(h)
+    h.failover(at_ms=15_000)
+    assert h.timer(TimerKind.SYNC) == 25_000
+    h.advance_to(16_000)
+    assert_sync(h.sync(follower, 2), Errors.NONE)
+    h.assert_state(STABLE, 2)
+
+
+def test_a_sync_deadline_nobody_owes_a_sync_to_stays() -> None:
+    """The static follower that owed its SyncGroup went offline (§14.1), which leaves the
+    deadline with no member owing a sync: the load does not move it."""
+    h = CoordinatorHarness(group_static_registration_timeout_ms=60_000)
+    leader, follower = static2(h, rebalance_ms=10_000, session_ms=5000)
+    h.join(leader, iid=LEADER_IID, protocols=RR, rebalance_ms=10_000, session_ms=5000)
+    h.join(follower, iid=FOLLOWER_IID, protocols=RR, rebalance_ms=10_000, session_ms=5000)
+    assert_sync(h.sync(leader, 2, iid=LEADER_IID), Errors.NONE)
+    assert h.pending_sync() == {follower}
+    deadline = h.timer(TimerKind.SYNC)
+    assert deadline is not None
+    offline_at = h.session_deadline(follower)
+    assert offline_at is not None
+    h.advance_to(offline_at - 100)
+    h.heartbeat(leader, 2, iid=LEADER_IID)
+    h.advance_to(offline_at)
+    assert [e.member_id for e in h.events_of(EventKind.STATIC_MEMBER_OFFLINE)] == [follower]
+    assert h.pending_sync() == set()
+    h.failover(at_ms=offline_at + 1)
+    assert h.timer(TimerKind.SYNC) == deadline
+
+
+def test_a_pending_member_overdue_at_failover_is_removed_at_the_load() -> None:
+    """Its timer, fired at its old deadline (5500), would have completed the join then, and the
+    new generation's sync deadline would have removed the leader and the follower before the
+    load: now it fires at the load, and the join completes there."""
+    h = CoordinatorHarness()
+    leader, follower, p, lj, fj = pending(h)
+    h.failover(at_ms=20_000)
+    removed = [(e.member_id, e.reason, e.at_ms) for e in h.events_of(EventKind.MEMBER_REMOVED)]
+    assert removed == [(p, "pending_member_timeout", 20_000)]
+    h.assert_state(COMPLETING, 3, members={leader, follower})
+    assert (lj.ok().generation_id, fj.ok().generation_id) == (3, 3)
+    assert h.timer(TimerKind.SYNC) == 20_000 + 10_000
 
 
 def test_an_initial_delay_interrupted_by_a_failover_starts_its_step_again() -> None:
     h = CoordinatorHarness(group_initial_rebalance_delay_ms=3000)
     first = h.join(session_ms=5000, rebalance_ms=10_000)
     [timer] = [t for t in h.state.timers if t.kind is TimerKind.JOIN]
-    h.advance_to(2000)
-    h.failover()
+    h.failover(at_ms=2000)
     [restarted] = [t for t in h.state.timers if t.kind is TimerKind.JOIN]
     assert (restarted.deadline_ms, restarted.delay_ms, restarted.remaining_ms) == (
         2000 + 3000,
@@ -359,15 +436,6 @@ def test_an_initial_delay_interrupted_by_a_failover_starts_its_step_again() -> N
     assert first.parked
     h.advance_to(5000)
     assert first.ok().generation_id == 1
-
-
-def test_a_stable_group_keeps_its_timers_at_failover_but_its_sessions() -> None:
-    h = CoordinatorHarness()
-    dyn1(h)
-    before = [t for t in h.state.timers if t.kind is not TimerKind.HEARTBEAT]
-    h.advance_to(4000)
-    h.failover()
-    assert [t for t in h.state.timers if t.kind is not TimerKind.HEARTBEAT] == before
 
 
 def test_a_group_over_a_lowered_max_size_rebalances_at_failover() -> None:

@@ -480,7 +480,7 @@ def test_a_rebalance_a_new_run_loads_takes_in_the_join_that_waited_in_the_backlo
     loaded = runner.run(state, [], tick_ms)
     assert resets_and_removals(loaded) == [("g", "coordinator_failover", tick_ms)]
     assert loaded.next_deadline_ms == tick_ms + SESSION_MS
-    rejoined = runner.run(loaded.state, [join("j3", "g", 10_500, old)], tick_ms + 500)
+    rejoined = runner.run(loaded.state, [join("j3", "g", 9_500, old)], tick_ms + 500)
     joins = {r["event_id"]: (r["error"], r["generation_id"]) for r in rejoined.outputs[DECISIONS]}
     assert joins == {"j2": ("NONE", 2), "j3": ("NONE", 2)}
 

@@ -186,22 +186,34 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.h.sleep(delay_ms)
 
     @precondition(lambda self: self.h.group is not None)
-    @rule()
-    def failover(self) -> None:
-        """A new coordinator loads the group: nothing but its deadlines changes (the group is
-        within ``group.max.size``); a rebalance's only moves later."""
+    @rule(delay_ms=DELAYS_MS)
+    def failover(self, delay_ms: int) -> None:
+        """A new coordinator loads the group ``delay_ms`` later, as the runner does (nothing fired
+        meanwhile): the load changes nothing but deadlines (the group is within
+        ``group.max.size``); a rebalance's moves to at least a rebalance timeout after the load;
+        nothing is left overdue (the harness checks that every step leaves no deadline in the
+        past)."""
         before = self.h.state
-        self.h.failover()
-        after = self.h.state
+        at_ms = self.h.now_ms + delay_ms
+        after = self.h.failover(at_ms=at_ms).group
+        assert after is not None
         assert (after.phase, after.generation_id, after.members) == (
             before.phase,
             before.generation_id,
             before.members,
         )
-        deadlines = {(t.kind, t.member_id): t.deadline_ms for t in before.timers}
-        for timer in after.timers:
-            if timer.kind in (TimerKind.JOIN, TimerKind.SYNC):
-                assert timer.deadline_ms >= deadlines[(timer.kind, timer.member_id)], timer
+        old = {(t.kind, t.member_id): t for t in before.timers}
+        new = {(t.kind, t.member_id): t for t in after.timers}
+        longest_ms = max((m.rebalance_timeout_ms for m in before.members), default=0)
+        join = old.get((TimerKind.JOIN, ""))
+        if before.phase is GroupPhase.PREPARING_REBALANCE and join is not None:
+            step_ms = longest_ms if join.delay_ms is None else join.delay_ms
+            expected = max(join.deadline_ms, at_ms + step_ms)
+            assert new[(TimerKind.JOIN, "")].deadline_ms == expected
+        sync = old.get((TimerKind.SYNC, ""))
+        if sync is not None and before.pending_sync_members:
+            expected = max(sync.deadline_ms, at_ms + longest_ms)
+            assert new[(TimerKind.SYNC, "")].deadline_ms == expected
 
     # -- invariants ----------------------------------------------------------------------------
 

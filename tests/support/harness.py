@@ -246,10 +246,18 @@ class CoordinatorHarness:
         self.send(DeleteGroup(header))
         return self._own(header.event_id)
 
-    def failover(self) -> list[Decision]:
-        """A new coordinator loads the group now (``machine.reset_sessions``)."""
+    def failover(self, at_ms: int | None = None) -> machine.Step:
+        """A new coordinator loads the group at ``at_ms`` (now by default), as the runner does:
+        the clock moves there with nothing fired, ``machine.reset_sessions``, then what is due
+        fires. Returns the reset's step."""
         assert self.group is not None
-        return self._record(machine.reset_sessions(self.group, self.now_ms, self.config))
+        if at_ms is not None:
+            assert at_ms >= self.now_ms, "the clock never goes back"
+            self.now_ms = at_ms
+        step = machine.reset_sessions(self.group, self.now_ms, self.config)
+        self._record(step)
+        self._fire()
+        return step
 
     def force_prepare_rebalance(self) -> None:
         """The Java tests' PREPARE_REBALANCE hook (S31)."""

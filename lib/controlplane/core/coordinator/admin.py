@@ -120,13 +120,15 @@ def table_row(
 
 def reset_sessions(d: Draft) -> None:
     """What Kafka does when a coordinator loads a group: every session restarts now. Offline
-    static members (§14.1) stay offline. A rebalance the load interrupted gets its whole join or
-    sync deadline again (``_restart_rebalance_deadline``)."""
+    static members (§14.1) stay offline. A rebalance the load interrupted gets a whole join or
+    sync deadline again (``_restart_rebalance_deadline``), and every other timer already overdue
+    fires at the load, not at its old deadline (``_overdue_timers_fire_now``)."""
     touched = _restart_rebalance_deadline(d)
     for member in d.members.values():
         if member.offline_since_ms is None:
             d.reset_session(member)
             touched = True
+    _overdue_timers_fire_now(d)
     if touched:
         d.emit(
             EventKind.STATE_CHANGED,
@@ -146,26 +148,48 @@ def _restart_rebalance_deadline(d: Draft) -> bool:
     """Kafka loads a group as it last stored it, Stable or Empty, so the members of a rebalance
     interrupted by the failover join (and sync) again, each with a whole rebalance timeout after
     the load. Here the rebalance goes on and its answers wait in the state, so its deadline
-    restarts instead: the join deadline (the initial delay keeps its step and what is left of
-    the extension) or the pending-sync deadline, as long as when it was set (also in Stable,
-    while followers still owe their SyncGroup). A JoinGroup or SyncGroup that waited in the
-    backlog then joins the rebalance it was sent to."""
+    moves instead, to at least a whole rebalance timeout after the load (a later deadline is
+    kept): the join deadline (the initial delay's step, which keeps what is left of its
+    extension, or the rebalance timeout) or the pending-sync deadline while members owe their
+    SyncGroup (in CompletingRebalance, or in Stable after the leader's). A JoinGroup or
+    SyncGroup that waited in the backlog then joins the rebalance it was sent to."""
     if d.phase is GroupPhase.PREPARING_REBALANCE:
         timer = d.timers.get((TimerKind.JOIN, ""))
         if timer is None:
             return False
-        if timer.delay_ms is not None:
-            d.schedule(
-                TimerKind.JOIN,
-                "",
-                timer.delay_ms,
-                initial_delay_ms=timer.delay_ms,
-                remaining_ms=timer.remaining_ms,
-            )
-        else:
-            d.schedule(TimerKind.JOIN, "", d.rebalance_timeout_ms())
+        step_ms = d.rebalance_timeout_ms() if timer.delay_ms is None else timer.delay_ms
+        d.schedule(
+            TimerKind.JOIN,
+            "",
+            max(step_ms, timer.deadline_ms - d.now_ms),
+            initial_delay_ms=timer.delay_ms,
+            remaining_ms=timer.remaining_ms,
+        )
         return True
-    if (TimerKind.SYNC, "") in d.timers:  # CompletingRebalance, or Stable awaiting followers
-        d.schedule(TimerKind.SYNC, "", d.rebalance_timeout_ms())
-        return True
-    return False
+    timer = d.timers.get((TimerKind.SYNC, ""))
+    if timer is None or not d.pending_sync:
+        return False
+    d.schedule(TimerKind.SYNC, "", max(d.rebalance_timeout_ms(), timer.deadline_ms - d.now_ms))
+    return True
+
+
+def _overdue_timers_fire_now(d: Draft) -> None:
+    """The timers the load did not move that are overdue (a pending member's, §14.1's
+    registration, §14.2's expansion, the retention's) come due at the load, in their order:
+    fired at their old deadlines, they would remove members and start or complete a rebalance
+    at a time before the load, whose new deadlines would then be overdue too. A pending member
+    (MEMBER_ID_REQUIRED) is then removed at the load: Kafka does not store pending members, and
+    the coordinator that loads the group refuses their JoinGroup with the id."""
+    now_ms = d.now_ms
+    overdue = sorted(
+        (t for t in d.timers.values() if t.deadline_ms < now_ms),
+        key=lambda t: (t.deadline_ms, t.seq),
+    )
+    for timer in overdue:
+        d.schedule(
+            timer.kind,
+            timer.member_id,
+            0,
+            initial_delay_ms=timer.delay_ms,
+            remaining_ms=timer.remaining_ms,
+        )

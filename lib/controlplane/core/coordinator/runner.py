@@ -11,8 +11,9 @@ machine (``machine``) under the clock rules of docs/reference/events.md §6:
   ``tick(now_ms)`` (the engine's tick, or the watermark) does the same at the end of a batch;
 * failover (``failover_gap_ms``): the first time a batch touches a group whose earliest timer
   is overdue by more than the gap (the engine was stopped or far behind when it should have
-  fired), its members' sessions are reset (``machine.reset_sessions``) at that time, before
-  its timers fire, as Kafka does when a coordinator loads a group. Lateness of a timer, not the
+  fired), its members' sessions are reset (``machine.reset_sessions``: and an interrupted
+  rebalance's deadline, and what else is overdue comes due then) at that time, before its
+  timers fire, as Kafka does when a coordinator loads a group. Lateness of a timer, not the
   lag of the group's clock, is the measure: a group may be idle for hours (no timer due) and a
   crashed member's session must still expire when its deadline is reached;
 * loading (``run_starts``, when each run of the engine started): a call's epoch is the latest
