@@ -60,7 +60,7 @@ def keeps_a_blob(size: int, encoding: str = "binary") -> Callable[..., Iterator[
     the engine prepares its own (``prepare_worker``: what the worker holds frozen out of the
     cyclic collector, which PySpark's daemon runs after every task; without it that collection
     was 28 % of this benchmark's Python samples, a cost the engine's workers do not pay)."""
-    from controlplane.engine.adapter import StateFormat, _blob_bytes, encode_blob, prepare_worker
+    from controlplane.engine.adapter import StateFormat, blob_bytes, encode_blob, prepare_worker
 
     state_format = StateFormat(encoding)
 
@@ -69,7 +69,7 @@ def keeps_a_blob(size: int, encoding: str = "binary") -> Callable[..., Iterator[
 
         prepare_worker()  # once per worker process
         rows = sum(len(frame) for frame in frames)
-        blob = _blob_bytes(state.get[0]) if state.exists else os.urandom(size)  # incompressible
+        blob = blob_bytes(state.get[0]) if state.exists else os.urandom(size)  # incompressible
         assert blob is not None
         state.update((encode_blob(rotated(blob), state_format),))
         yield pd.DataFrame({"key": [key[0]], "rows": [rows]})

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         ("coordinator_bench.py", ["--groups", "20", "--storm-groups", "10"], "shard envelope"),
         ("quota_bench.py", ["--requests", "200", "--principals", "100"], "machine.handle"),
+        ("keying_check_bench.py", ["--groups", "50", "--shards", "4"], "50 groups in 4 shards"),
         (
             "engine_path_bench.py",
             ["--groups", "30", "--seconds", "4", "--scaling", "10"],

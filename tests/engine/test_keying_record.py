@@ -5,6 +5,7 @@ read and written through Spark, and a real restart, in tests/spark/test_shard_pa
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -13,14 +14,21 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.config import ConfigError
+from controlplane.core.config import ConfigError, parse_settings
+from controlplane.core.coordinator.runner import CoordinatorShard
+from controlplane.core.quota.runner import QuotaRunner
 from controlplane.engine import checkpoints
 from controlplane.engine.adapter import StateFormat
-from controlplane.engine.checkpoints import checkpoint_keys, state_keys
+from controlplane.engine.checkpoints import checkpoint_keys, consistent_shard_counts, state_keys
 from controlplane.engine.keying import ShardNames, SparkKeys, balanced_names
 from controlplane.engine.options import Keying
+from controlplane.engine.queries import QuotaKeyer, coordinator_routing_keys, quota_routing_keys
 from controlplane.io.checkpoint import KEYING_RECORD, RecordError, read_record, write_record
+from coordinator.test_runner import CONFIG as COORDINATOR
+from coordinator.test_runner import stable_member
 from engine.test_checkpoints import NoSpark, OneSetting, Session
+from quota.test_runner import T
+from quota.test_runner import event as quota_event
 
 
 class LocalSpark(NoSpark):
@@ -168,6 +176,111 @@ def test_group_keying_of_a_state_without_a_record_under_shard_names_is_refused(
         keys_of(tmp_path, Keying.GROUP, 64, has_state=True)
     monkeypatch.setattr(checkpoints, "state_keys", held_keys(["shard-0", "orders"]))
     assert keys_of(tmp_path, Keying.GROUP, 64, has_state=True) == SparkKeys(Keying.GROUP, 64)
+
+
+def shards_holding(groups: list[str], shards: int) -> list[tuple[str, Any]]:
+    """checkpoints.state_blobs of a state started with ``shards`` plain shards holding
+    ``groups``: a blob a shard, the base64 text of its group ids (see ``listed``)."""
+    held: dict[str, list[str]] = {}
+    for group in groups:
+        held.setdefault(SparkKeys(Keying.SHARD, shards).of(group), []).append(group)
+    return [(key, base64.b64encode(json.dumps(ids).encode()).decode()) for key, ids in held.items()]
+
+
+def listed(data: bytes) -> list[str]:
+    """The routing keys of a blob of ``shards_holding``."""
+    ids = json.loads(data)
+    if not isinstance(ids, list):
+        raise ValueError("not a list")
+    return ids
+
+
+GROUPS = [f"group-{i}" for i in range(40)]
+
+
+def before_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blobs: list[tuple[str, Any]], shards: int
+) -> SparkKeys:
+    """The keys of a checkpoint started before the record, whose state holds ``blobs``,
+    restarted with ``shards`` shards."""
+    monkeypatch.setattr(checkpoints, "state_keys", held_keys([key for key, _ in blobs]))
+    monkeypatch.setattr(checkpoints, "state_blobs", lambda _spark, _cp: iter(blobs))
+    (tmp_path / "commits").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "commits" / "0").write_text("v1\n{}")
+    return checkpoint_keys(
+        LocalSpark(),
+        str(tmp_path),
+        Keying.SHARD,
+        shards,
+        existing=StateFormat.TEXT,
+        routing_keys=listed,
+    )
+
+
+def test_a_raised_shard_count_over_a_checkpoint_without_a_record_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 shards' state holds only shard-0 ... shard-15, all among the plain names of 32:
+    the groups themselves show that 32 would look for half of them under other shards."""
+    blobs = shards_holding(GROUPS, 16)
+    assert {key for key, _ in blobs} <= set(SparkKeys(Keying.SHARD, 16).shard_names)
+    with pytest.raises(ConfigError, match="not under the shard 32 shards put them in") as err:
+        before_the_record(tmp_path, monkeypatch, blobs, 32)
+    message = str(err.value)
+    moved = [
+        g for g in GROUPS if SparkKeys(Keying.SHARD, 32).of(g) != SparkKeys(Keying.SHARD, 16).of(g)
+    ]
+    assert f"{len(moved)} of the {len(GROUPS)} groups or quota keys" in message
+    assert "its state is consistent with 16 shards" in message
+    assert not (tmp_path / KEYING_RECORD).exists()
+
+
+def test_the_shard_count_a_checkpoint_was_started_with_passes_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every group under its shard; a state this build cannot read is left out, with a warning."""
+    blobs = [*shards_holding(GROUPS, 16), ("shard-3", "not base64!"), ("shard-4", "e30=")]
+    with caplog.at_level(logging.WARNING):
+        keys = before_the_record(tmp_path, monkeypatch, blobs, 16)
+    assert keys == SparkKeys(Keying.SHARD, 16, ShardNames.PLAIN)
+    assert record(tmp_path)["shards"] == 16
+    assert "the state under shard-3 cannot be read" in caplog.text
+    assert "the state under shard-4 cannot be read (not a list)" in caplog.text
+
+
+def test_the_routing_keys_are_the_group_ids_and_quota_keys_a_state_holds() -> None:
+    """What the check reads from each query's state, routed as the query routes its events."""
+    shard = CoordinatorShard(COORDINATOR)
+    stable_member(shard, "orders", 0)
+    stable_member(shard, "payments", 0, eid="j2")
+    state = shard.encode()
+    assert state is not None
+    assert sorted(coordinator_routing_keys(state)) == ["orders", "payments"]
+    quotas = parse_settings({"quotas": [{"user": "<default>", "controller_mutation_rate": 1}]})
+    mutations = [quota_event("a", T, "u1", x=1), quota_event("b", T, "u2", x=1)]
+    result = QuotaRunner(quotas.quota).run(None, mutations, None)
+    assert result.state is not None
+    held = quota_routing_keys(result.state)
+    assert sorted(held) == ["user=u1", "user=u2"]
+    keys = SparkKeys(Keying.SHARD, 16)
+    keyer = QuotaKeyer(None, keys)  # type: ignore[arg-type]  # key() reads no settings
+    routed = [keyer.key(json.dumps(m.event), None, quotas.quota)[0] for m in mutations]
+    assert routed == [keys.of("user=u1"), keys.of("user=u2")]
+
+
+@pytest.mark.parametrize(
+    ("placed", "counts"),
+    [
+        ([("shard-0", "a")], [1, 3, 9]),  # crc32("a") = 3904355907 = 3 * 3 * ...
+        ([("shard-2", "orders")], [3, 4, 5]),  # crc32("orders") = 3845127662
+        ([("shard-14", "orders"), ("shard-3", "x")], [16, 24, 32]),  # crc32("x") = 2363233923
+        ([("shard-4095", "a")], []),  # 4096 shards would put it in shard 3651
+    ],
+)
+def test_the_shard_counts_a_state_is_consistent_with(
+    placed: list[tuple[str, str]], counts: list[int]
+) -> None:
+    assert consistent_shard_counts(placed) == counts
 
 
 def test_a_checkpoint_without_state_is_recorded_afresh(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ def test_timers_fire_without_input_and_bad_lines_are_rejected(
         options,
         source=source,
         runners_for=lambda _: CountingRunner,
+        routing_keys=lambda _state: (),  # a new checkpoint: never read
         tables=("decisions", "group_events", "rejected_events"),
         name="wiring",
     )

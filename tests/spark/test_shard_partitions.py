@@ -6,6 +6,7 @@ recorded restarted with its groups, and a changed shard count refused."""
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -132,8 +133,9 @@ def test_the_spark_expression_keys_as_the_python_keyer_does(spark: Any) -> None:
 def test_a_checkpoint_without_a_keying_record_restarts_with_its_groups(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The build before kept its shards under shard-<n> and recorded nothing: a restart takes
-    the plain names (its groups are found), records them, and refuses another shard count."""
+    """The build before kept its shards under shard-<n> and recorded nothing: a restart with a
+    higher shard count is refused by the groups its state holds; one with its own takes the
+    plain names (its groups are found), records them, and refuses another shard count."""
     options = options_for(tmp_path)
     plain = SparkKeys(Keying.SHARD, options.shards, ShardNames.PLAIN)
     balanced = SparkKeys(Keying.SHARD, options.shards, ShardNames.BALANCED, 2)
@@ -142,6 +144,12 @@ def test_a_checkpoint_without_a_keying_record_restarts_with_its_groups(
         before.setattr(queries, "checkpoint_keys", lambda *_args, **_kwargs: plain)
         member = started_with(spark, options, "spark.sql.shuffle.partitions", "2", "legacy")
     checkpoint = options.checkpoint("coordinator")
+    assert read_record(spark, checkpoint) is None
+    # 4 shards put "legacy" in shard-2, 8 in shard-6: among the plain names of 8 shards too,
+    # its Spark key passes; the group in its state does not, and nothing is recorded
+    with pytest.raises(ConfigError, match=r"'legacy' is under shard-2, not shard-6") as err:
+        start(spark, replace(options, shards=8))
+    assert re.search(r"consistent with (\d+ or )*4( or \d+)* shards", str(err.value))
     assert read_record(spark, checkpoint) is None
     known_after_a_restart(spark, options, "legacy", member)
     assert '"shard_names": "plain"' in str(read_record(spark, checkpoint))

@@ -81,10 +81,11 @@ def decode_state(state: Any) -> KeyState:
     if version != STATE_VERSION:
         raise ValueError(f"state envelope version {version} is not supported ({STATE_VERSION})")
     deadline = None if deadline_ms is None or deadline_ms == NO_DEADLINE else int(deadline_ms)
-    return KeyState(deadline, _blob_bytes(blob))
+    return KeyState(deadline, blob_bytes(blob))
 
 
-def _blob_bytes(blob: Any) -> bytes | None:
+def blob_bytes(blob: Any) -> bytes | None:
+    """A state's ``blob`` as bytes, from either format; ValueError for text that is not base64."""
     if blob is None:
         return None
     if isinstance(blob, str):

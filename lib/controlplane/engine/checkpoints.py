@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 from controlplane.core.config import ConfigError
-from controlplane.engine.adapter import StateFormat
-from controlplane.engine.keying import ShardNames, SparkKeys
+from controlplane.engine.adapter import StateFormat, blob_bytes
+from controlplane.engine.keying import SHARD_PREFIX, ShardNames, SparkKeys, shard_of
 from controlplane.engine.options import Keying
 from controlplane.io.checkpoint import (
     RecordError,
@@ -50,6 +51,10 @@ NO_COMMITTED_BATCH: Final = "STDS_COMMITTED_BATCH_UNAVAILABLE"
 # The engine's queries have one stateful operator, applyInPandasWithState: Spark's operator 0.
 STATEFUL_OPERATOR_ID: Final = 0
 _FORMATS: Final = {"binary": StateFormat.BINARY, "string": StateFormat.TEXT}
+
+# What a key's state bytes hold, each by the key it is routed by (``SparkKeys.of``): a
+# coordinator shard's group ids, a quota shard's quota keys. ValueError for bytes it cannot read.
+RoutingKeys = Callable[[bytes], Iterable[str]]
 
 
 def state_format_of(spark: Any, checkpoint: str) -> StateFormat:
@@ -105,7 +110,13 @@ def _format_from_spark(spark: Any, checkpoint: str) -> StateFormat | None:
 
 
 def checkpoint_keys(
-    spark: Any, checkpoint: str, keying: Keying, shards: int, *, existing: StateFormat | None
+    spark: Any,
+    checkpoint: str,
+    keying: Keying,
+    shards: int,
+    *,
+    existing: StateFormat | None,
+    routing_keys: RoutingKeys | None = None,
 ) -> SparkKeys:
     """The Spark keys the checkpoint's state is under, for a query configured with ``keying``
     and ``shards``; recorded before the query starts when the checkpoint has no record.
@@ -116,7 +127,8 @@ def checkpoint_keys(
     when it planned its first batch), else it is recorded afresh, balanced over the session's
     state partitions. One with a committed batch: its record's keys, which must agree with
     ``keying`` and ``shards`` (else a ConfigError); without a record (started before the
-    record was kept) the plain names, once its state is found under them."""
+    record was kept) the plain names, once its state is found under them (each group or quota
+    key too, read with ``routing_keys``)."""
     try:
         text = read_record(spark, checkpoint)
         if not _has_committed_batch(spark, checkpoint, existing):
@@ -130,7 +142,7 @@ def checkpoint_keys(
             keys = parse_record(text, checkpoint)
             _check_unchanged(keys, keying, shards, checkpoint)
             return keys
-        keys = _keys_before_the_record(spark, checkpoint, keying, shards)
+        keys = _keys_before_the_record(spark, checkpoint, keying, shards, routing_keys)
         write_record(spark, checkpoint, record_text(keys), replace=False)
         return keys
     except RecordError as exc:
@@ -165,13 +177,19 @@ def _fresh_keys(spark: Any, keying: Keying, shards: int) -> SparkKeys:
 SHARD_NAME: Final = r"^shard-[0-9]+(\.[0-9]+)?$"  # a plain or a balanced shard name
 
 
-def _keys_before_the_record(spark: Any, checkpoint: str, keying: Keying, shards: int) -> SparkKeys:
+def _keys_before_the_record(
+    spark: Any,
+    checkpoint: str,
+    keying: Keying,
+    shards: int,
+    routing_keys: RoutingKeys | None,
+) -> SparkKeys:
     """A checkpoint started before the record: its shards are under the plain names, and its
     keying and shard count can only be assumed to be the configured ones. What its state holds
-    is checked first (one Spark job over the state): under shard keying no key outside the
-    plain names of ``shards`` shards, under group keying not only shard names. A record that
-    was lost, or a lower shard count than the checkpoint's, is refused; a higher one holding
-    only low shards is not seen."""
+    is checked first (Spark jobs over the state): under shard keying no key outside the plain
+    names of ``shards`` shards, and (with ``routing_keys``) every group or quota key under the
+    shard ``shards`` puts it in; under group keying not only shard names. A record that was
+    lost, or a shard count other than the checkpoint's, is refused."""
     keys = SparkKeys(keying, shards, ShardNames.PLAIN)
     if keying is Keying.SHARD:
         strangers = state_keys(spark, checkpoint, outside=keys.shard_names)
@@ -183,6 +201,8 @@ def _keys_before_the_record(spark: Any, checkpoint: str, keying: Keying, shards:
                 " 16), its keying was group, or its record is lost; configure the keying and"
                 " shard count it was started with, or start a new checkpoint"
             )
+        if routing_keys is not None:
+            check_routed(checkpoint, keys, state_blobs(spark, checkpoint), routing_keys)
     elif state_keys(spark, checkpoint, not_matching=SHARD_NAME) == [] and state_keys(
         spark, checkpoint
     ):
@@ -233,6 +253,88 @@ def state_keys(
 
 
 F_KEY: Final = "key.key"  # the state data source's key struct holds the grouping column "key"
+F_BLOB: Final = "value.groupState.blob"  # and its value struct the state's bytes
+
+
+def state_blobs(spark: Any, checkpoint: str) -> Iterator[tuple[str, Any]]:
+    """Each Spark key of the checkpoint's committed state with its state's ``blob`` as Spark
+    gives it (``adapter.blob_bytes`` reads either format), a state partition at a time (the
+    state data source: a Spark job over the state); none before a batch is committed."""
+    from pyspark.sql import functions as F
+
+    try:
+        state = spark.read.format("statestore").load(checkpoint)
+        for row in state.select(F.col(F_KEY), F.col(F_BLOB)).toLocalIterator():
+            yield str(row[0]), row[1]
+    except Exception as exc:  # Spark's errors, through py4j or Spark Connect
+        if NO_COMMITTED_BATCH in str(exc):
+            return
+        raise ConfigError(
+            f"checkpoint {checkpoint}: its state cannot be read: {first_line(exc)}"
+        ) from exc
+
+
+def _routed(
+    blobs: Iterable[tuple[str, Any]], routing_keys: RoutingKeys
+) -> Iterator[tuple[str, str]]:
+    """(Spark key, group or quota key) for every key each state holds. A state this build
+    cannot read is left out, with a warning: its key's calls reject their requests anyway."""
+    for spark_key, blob in blobs:
+        try:
+            data = blob_bytes(blob)
+            held = [] if data is None else list(routing_keys(data))
+        except ValueError as exc:
+            log.warning("the state under %s cannot be read (%s): not checked", spark_key, exc)
+            continue
+        for key in held:
+            yield spark_key, key
+
+
+def check_routed(
+    checkpoint: str,
+    keys: SparkKeys,
+    blobs: Iterable[tuple[str, Any]],
+    routing_keys: RoutingKeys,
+) -> None:
+    """A ConfigError when a group or quota key in the states ``blobs`` (``state_blobs``) is not
+    under the shard ``keys`` routes it to: the checkpoint was started with another shard count
+    (a higher configured count passes the check of its Spark keys when the state holds only
+    shards below the old count)."""
+    pairs = list(_routed(blobs, routing_keys))
+    wrong = [(under, key) for under, key in pairs if keys.of(key) != under]
+    if not wrong:
+        return
+    under, key = wrong[0]
+    counts = consistent_shard_counts(pairs)
+    found = (
+        f"its state is consistent with {' or '.join(str(n) for n in counts)} shards"
+        if counts
+        else "no shard count up to 4096 places them all"
+    )
+    raise ConfigError(
+        f"checkpoint {checkpoint} has no keying record, and {len(wrong)} of the {len(pairs)}"
+        f" groups or quota keys in its state are not under the shard {keys.shards} shards put"
+        f" them in ({key!r} is under {under}, not {keys.of(key)}): it was started with another"
+        f" shard count, and {found}. Configure the shard count it was started with"
+        " (engine.shards) to restart it, or start a new checkpoint"
+    )
+
+
+MAX_SHARDS_TRIED: Final = 4096
+
+
+def consistent_shard_counts(placed: Iterable[tuple[str, str]], limit: int = 3) -> list[int]:
+    """Up to ``limit`` of the shard counts (at most ``MAX_SHARDS_TRIED``) under which every
+    (plain shard name, key) pair is where the plain names put it, smallest first."""
+    pairs = [(int(under.removeprefix(SHARD_PREFIX)), key) for under, key in placed]
+    lowest = max((shard for shard, _ in pairs), default=0) + 1
+    counts: list[int] = []
+    for shards in range(lowest, MAX_SHARDS_TRIED + 1):
+        if all(shard_of(key, shards) == shard for shard, key in pairs):
+            counts.append(shards)
+            if len(counts) == limit:
+                break
+    return counts
 
 
 def state_partitions(spark: Any) -> int:

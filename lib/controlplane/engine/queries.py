@@ -21,7 +21,7 @@ from controlplane.core.config import ConfigError, Settings
 from controlplane.core.runtime import Runner
 from controlplane.engine.adapter import StateFormat, StateFunction
 from controlplane.engine.batch import BatchSink
-from controlplane.engine.checkpoints import checkpoint_keys, existing_state_format
+from controlplane.engine.checkpoints import RoutingKeys, checkpoint_keys, existing_state_format
 from controlplane.engine.keying import SparkKeys
 from controlplane.engine.options import EngineOptions, Keying, TimeMode, parse_engine_options
 from controlplane.engine.progress import (
@@ -76,6 +76,22 @@ class CoordinatorRunners:
             failover_gap_ms=self.failover_gap_ms,
             run_starts=self.run_starts,
         )
+
+
+def coordinator_routing_keys(data: bytes) -> list[str]:
+    """The group ids a coordinator shard's state holds (``checkpoints.RoutingKeys``)."""
+    from controlplane.core.config import CoordinatorConfig
+    from controlplane.core.coordinator.runner import CoordinatorShard
+
+    return CoordinatorShard.decode(data, CoordinatorConfig()).group_ids
+
+
+def quota_routing_keys(data: bytes) -> list[str]:
+    """The quota keys a quota shard's state holds (``checkpoints.RoutingKeys``)."""
+    from controlplane.core.quota import codec
+
+    buckets, _ = codec.decode(data)
+    return list(buckets)
 
 
 _QUOTA_RUNNERS: dict[int, tuple[Any, Runner]] = {}
@@ -296,6 +312,7 @@ def build_query(
     *,
     source: SourceOptions,
     runners_for: Callable[[str], Callable[[], Runner]],
+    routing_keys: RoutingKeys,
     tables: tuple[str, ...],
     name: str,
     keyer: Callable[[SparkKeys], QuotaKeyer] | None = None,
@@ -307,8 +324,9 @@ def build_query(
     """Any runner behind the same pipeline: keyed by a JSON field (Spark expression) or by a
     Python keyer (mapInPandas), then the adapter and the foreachBatch sink (and the answers
     topic). ``runners_for`` gives the runner factory for the query's checkpoint, once its
-    source, tables and keying are checked. ``secret_lookup`` reads ``{{secrets/...}}``
-    references (Databricks' secret store when on Databricks)."""
+    source, tables and keying are checked; ``routing_keys`` reads the group or quota keys of a
+    key's state (checking a checkpoint started before the keying record). ``secret_lookup``
+    reads ``{{secrets/...}}`` references (Databricks' secret store when on Databricks)."""
     from pyspark.sql import functions as F
 
     check_table_names(spark, options)
@@ -317,7 +335,14 @@ def build_query(
     checkpoint = options.checkpoint(name)
     existing = existing_state_format(spark, checkpoint)  # None: no state yet
     state_format = StateFormat.TEXT if existing is None else existing
-    keys = checkpoint_keys(spark, checkpoint, options.keying, options.shards, existing=existing)
+    keys = checkpoint_keys(
+        spark,
+        checkpoint,
+        options.keying,
+        options.shards,
+        existing=existing,
+        routing_keys=routing_keys,
+    )
     archiver = LandingArchiver.for_source(source, checkpoint)
     after_commit(name, None if archiver is None else archiver.after_commit)
     raw = read_events(
@@ -401,6 +426,7 @@ def build_coordinator_query(
         options,
         source=options.coordinator_source,
         runners_for=run.runners_for if run else lambda _: CoordinatorRunners(settings_source, None),
+        routing_keys=coordinator_routing_keys,
         tables=COORDINATOR_TABLES,
         name=name,
         available_now=available_now,
@@ -450,6 +476,7 @@ def build_quota_query(
         options,
         source=options.quota_source,
         runners_for=lambda _: QuotaRunners(settings_source),
+        routing_keys=quota_routing_keys,
         tables=QUOTA_TABLES,
         name=name,
         keyer=functools.partial(QuotaKeyer, settings_source),
