@@ -385,6 +385,17 @@ def test_a_follower_s_sync_owed_in_stable_gets_a_whole_deadline_again() -> None:
     h.assert_state(STABLE, 2)
 
 
+def test_a_later_sync_deadline_is_kept_at_failover() -> None:
+    """The deadline set with the members' longer rebalance timeouts of then (lowered since, as
+    by a static member replaced with a shorter one) is later than a timeout after the load."""
+    h = CoordinatorHarness()
+    stable_awaiting_the_follower(h)
+    shorter = tuple(dataclasses.replace(m, rebalance_timeout_ms=1000) for m in h.state.members)
+    h.group = dataclasses.replace(h.state, members=shorter)
+    h.failover(at_ms=4000)
+    assert h.timer(TimerKind.SYNC) == 13_000
+
+
 def test_a_sync_deadline_nobody_owes_a_sync_to_stays() -> None:
     """The static follower that owed its SyncGroup went offline (§14.1), which leaves the
     deadline with no member owing a sync: the load does not move it."""
