@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from controlplane.engine.adapter import METRICS_TABLE, STATE_VERSION, StateFormat, StateFunction
-from controlplane.engine.options import TimeMode
+from controlplane.engine.keying import SparkKeys
+from controlplane.engine.options import Keying, TimeMode
 from engine.fakes import CountingRunner, FakeGroupState
 
 
@@ -390,3 +391,27 @@ def test_a_text_state_that_is_not_base64_is_refused_clearly(blob: str) -> None:
     state = FakeGroupState(batch_time_ms=0, value=(STATE_VERSION, -1, blob))
     with pytest.raises(ValueError, match="state blob is not base64 text"):
         function().call(iter([frame({"raw": line("a")})]), state)
+
+
+def test_a_request_whose_group_id_is_another_key_s_is_rejected_as_misrouted() -> None:
+    """Spark keys a line by its own reading of ``$.group_id``: a 2,000-digit number elsewhere in
+    the line makes it read null (the line comes under the key of ""), while Python reads the
+    group id. Handled, the group would live under a key beside its own."""
+    keys = SparkKeys(Keying.SHARD, 16)
+    assert keys.of("g") != keys.of("")
+    misread = '{"event_id": "far", "type": "count", "group_id": "g", "x": ' + "1" * 2000 + "}"
+    rows = [
+        {"raw": misread, "seq": 0},
+        {"raw": line("no-id"), "seq": 1},  # the runner answers it, under any key
+        {"raw": line("number", group_id=7), "seq": 2},
+    ]
+    routed = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME, route=keys.of)
+    under_empty = tables(routed.call(iter([frame(*rows)]), FakeGroupState(), keys.of("")))
+    assert [r["event_id"] for r in under_empty["decisions"]] == ["no-id", "number"]
+    [rejected] = under_empty["rejected_events"]
+    assert rejected["raw"] == misread
+    assert rejected["reason"].startswith("misrouted: Spark read this line's group_id otherwise")
+    under_g = tables(routed.call(iter([frame(rows[0])]), FakeGroupState(), keys.of("g")))
+    assert [r["event_id"] for r in under_g["decisions"]] == ["far"]  # where Python reads it
+    unrouted = tables(function().call(iter([frame(*rows)]), FakeGroupState(), keys.of("")))
+    assert len(unrouted["decisions"]) == 3  # the quota is keyed in Python: nothing to check

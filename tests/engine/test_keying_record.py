@@ -17,9 +17,16 @@ import pytest
 from controlplane.core.config import ConfigError, parse_settings
 from controlplane.core.coordinator.runner import CoordinatorShard
 from controlplane.core.quota.runner import QuotaRunner
+from controlplane.core.runtime import TimedEvent
 from controlplane.engine import checkpoints
 from controlplane.engine.adapter import StateFormat
-from controlplane.engine.checkpoints import checkpoint_keys, consistent_shard_counts, state_keys
+from controlplane.engine.checkpoints import (
+    STRAYS_TOLERATED,
+    check_routed,
+    checkpoint_keys,
+    consistent_shard_counts,
+    state_keys,
+)
 from controlplane.engine.keying import ShardNames, SparkKeys, balanced_names
 from controlplane.engine.options import Keying
 from controlplane.engine.queries import QuotaKeyer, coordinator_routing_keys, quota_routing_keys
@@ -231,7 +238,7 @@ def test_a_raised_shard_count_over_a_checkpoint_without_a_record_is_refused(
         g for g in GROUPS if SparkKeys(Keying.SHARD, 32).of(g) != SparkKeys(Keying.SHARD, 16).of(g)
     ]
     assert f"{len(moved)} of the {len(GROUPS)} groups or quota keys" in message
-    assert "its state is consistent with 16 shards" in message
+    assert "it was started with 16 shards" in message
     assert not (tmp_path / KEYING_RECORD).exists()
 
 
@@ -239,13 +246,82 @@ def test_the_shard_count_a_checkpoint_was_started_with_passes_the_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Every group under its shard; a state this build cannot read is left out, with a warning."""
-    blobs = [*shards_holding(GROUPS, 16), ("shard-3", "not base64!"), ("shard-4", "e30=")]
+    unreadable = [("shard-3", "not base64!"), ("shard-4", "e30="), ("shard-5", text_of([7]))]
+    blobs = [*shards_holding(GROUPS, 16), *unreadable]
     with caplog.at_level(logging.WARNING):
         keys = before_the_record(tmp_path, monkeypatch, blobs, 16)
     assert keys == SparkKeys(Keying.SHARD, 16, ShardNames.PLAIN)
     assert record(tmp_path)["shards"] == 16
     assert "the state under shard-3 cannot be read" in caplog.text
     assert "the state under shard-4 cannot be read (not a list)" in caplog.text
+    assert "the state under shard-5 cannot be read (a key that is not a text: 7)" in caplog.text
+
+
+def text_of(ids: list[Any]) -> str:
+    return base64.b64encode(json.dumps(ids).encode()).decode()
+
+
+def test_a_few_strays_no_shard_count_explains_are_kept_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A group written under another key than its own (a Spark and a Python reading of a line
+    that disagreed; quota settings that differed between the keyer and the runner) is no sign
+    of another shard count: the checkpoint restarts, and the warning names it."""
+    stray = ("shard-0", text_of(["orders"]))  # 16 shards put "orders" in shard-14
+    blobs = [*shards_holding(GROUPS, 16), stray]
+    with caplog.at_level(logging.WARNING):
+        keys = before_the_record(tmp_path, monkeypatch, blobs, 16)
+    assert keys == SparkKeys(Keying.SHARD, 16, ShardNames.PLAIN)
+    assert "1 of the 41 groups or quota keys" in caplog.text
+    assert "'orders' is under shard-0, not shard-14" in caplog.text
+
+
+def test_a_few_keys_elsewhere_that_another_count_explains_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of groups written with 16 shards, those 32 would find in the same shard pass; the one
+    it would not is enough when 16 puts every group where it is."""
+    same = [
+        g for g in GROUPS if SparkKeys(Keying.SHARD, 32).of(g) == SparkKeys(Keying.SHARD, 16).of(g)
+    ]
+    moved = next(g for g in GROUPS if g not in same)
+    blobs = shards_holding([*same, moved], 16)
+    assert STRAYS_TOLERATED * (len(same) + 1) > 1  # fewer than strays may be
+    with pytest.raises(ConfigError, match="it was started with 16 shards"):
+        before_the_record(tmp_path, monkeypatch, blobs, 32)
+
+
+@pytest.mark.parametrize("query", ["coordinator", "quota"])
+def test_each_query_s_own_state_is_read_by_the_check(query: str) -> None:
+    """The check on real state: a coordinator shard's groups, a quota shard's buckets, written
+    with 4 shards and checked against 8."""
+    four, eight = SparkKeys(Keying.SHARD, 4), SparkKeys(Keying.SHARD, 8)
+    if query == "coordinator":
+        names = [f"group-{i}" for i in range(12)]
+        shards: dict[str, CoordinatorShard] = {}
+        for i, name in enumerate(names):
+            stable_member(
+                shards.setdefault(four.of(name), CoordinatorShard(COORDINATOR)), name, 0, f"j{i}"
+            )
+        states = {key: shard.encode() for key, shard in shards.items()}
+        routing_keys = coordinator_routing_keys
+    else:
+        quotas = parse_settings({"quotas": [{"user": "<default>", "controller_mutation_rate": 1}]})
+        users = [f"u{i}" for i in range(12)]
+        names = [f"user={u}" for u in users]
+        by_shard: dict[str, list[TimedEvent]] = {}
+        for i, user in enumerate(users):
+            by_shard.setdefault(four.of(f"user={user}"), []).append(
+                quota_event(f"e{i}", T, user, x=1)
+            )
+        runner = QuotaRunner(quotas.quota)
+        states = {key: runner.run(None, events, None).state for key, events in by_shard.items()}
+        routing_keys = quota_routing_keys
+    blobs = [(key, base64.b64encode(state or b"").decode()) for key, state in states.items()]
+    check_routed("cp", four, blobs, routing_keys)  # where 4 shards put every one
+    assert any(four.of(n) != eight.of(n) for n in names)
+    with pytest.raises(ConfigError, match="it was started with 4 "):
+        check_routed("cp", eight, blobs, routing_keys)
 
 
 def test_the_routing_keys_are_the_group_ids_and_quota_keys_a_state_holds() -> None:

@@ -192,6 +192,9 @@ def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_no
             for i, odd in enumerate(ODD_TIMES)
         ),
         '{"event_id": "lone", "type": "heartbeat", "group_id": "g\\ud800", "member_id": "m"}',
+        # Spark reads no group_id from a line with a 2,000-digit number: misrouted, rejected
+        '{"event_id": "long", "event_time_ms": 1000000, "type": "describe", "group_id": "g6",'
+        f' "x": {"1" * 2000}}}',
     ]
     for index, lines in enumerate((first, second, third)):
         path = landing / f"events-{index}.jsonl"
@@ -222,7 +225,10 @@ def test_event_time_bad_lines_after_the_first_batch_are_kept_and_odd_times_do_no
         assert odd["error_message"].split(": ")[1] == "event_time_ms"
         assert odd["event_time_ms"] is None
     rejected = sorted(row["raw"] for row in read_table(tables / "rejected_events"))
-    assert rejected == ["this is not json", third[-1]]
+    assert rejected == sorted(["this is not json", *third[-2:]])
+    assert "long" not in decisions  # g6 is in shard 2 of 4, a line read with no group_id in 0
+    [misrouted] = [row for row in read_table(tables / "rejected_events") if row["raw"] == third[-1]]
+    assert misrouted["reason"].startswith("misrouted: ")
     groups = {row["group_id"]: row for row in read_table(tables / "groups")}
     assert groups["g3"]["group_state"] == "PreparingRebalance"
 

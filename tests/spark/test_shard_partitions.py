@@ -149,7 +149,7 @@ def test_a_checkpoint_without_a_keying_record_restarts_with_its_groups(
     # its Spark key passes; the group in its state does not, and nothing is recorded
     with pytest.raises(ConfigError, match=r"'legacy' is under shard-2, not shard-6") as err:
         start(spark, replace(options, shards=8))
-    assert re.search(r"consistent with (\d+ or )*4( or \d+)* shards", str(err.value))
+    assert re.search(r"started with (\d+ or )*4( or \d+)* shards", str(err.value))
     assert read_record(spark, checkpoint) is None
     known_after_a_restart(spark, options, "legacy", member)
     assert '"shard_names": "plain"' in str(read_record(spark, checkpoint))

@@ -166,6 +166,34 @@ def processing_tick(batch_time_ms: int, arrivals: Iterable[int | None]) -> int:
     return min(max(read), batch_time_ms) if read else batch_time_ms
 
 
+def misrouted(
+    event: TimedEvent,
+    row: InputRow,
+    spark_key: Any,
+    route: Callable[[str], str],
+    routes: dict[str, str],
+) -> dict[str, Any] | None:
+    """The rejected_events row of a request whose ``group_id`` is not one of the Spark key it
+    came under, else None. Spark keys a line by its own reading of ``$.group_id`` and Python
+    handles it by its own; where the two disagree (a number of more than 1,000 digits anywhere
+    in the line, which Spark's JSON reader refuses, reading the line's group id as null), the
+    group would live under another key beside its own: two state machines for one group."""
+    group_id = event.event.get("group_id")
+    if not isinstance(group_id, str):
+        return None  # the runner answers it, under whatever key
+    routed = routes.get(group_id)
+    if routed is None:
+        routed = routes[group_id] = route(group_id)
+    if routed == spark_key:
+        return None
+    return _rejection(
+        row,
+        f"misrouted: Spark read this line's group_id otherwise than {group_id!r} (it keyed the"
+        f" line {spark_key!r}, the group's key is {routed!r}); a number of more than 1,000"
+        " digits makes Spark read no group_id",
+    )
+
+
 def _has_duplicate_group_id(raw: str) -> bool:
     top: list[list[str]] = []
 
@@ -262,7 +290,9 @@ class StateFunction:
     """Picklable callable for ``applyInPandasWithState``; ``runner_factory`` runs in workers.
     ``state_format`` is the one of the state schema the query is started with (a new
     checkpoint's by default); a state of either format is read. With ``answers`` (an answers
-    topic), a call also hands Spark its answers (engine.envelope)."""
+    topic), a call also hands Spark its answers (engine.envelope). With ``route`` (the
+    coordinator: a group id's Spark key, ``SparkKeys.of``), a request whose ``group_id`` is
+    not one of the call's key is rejected (``misrouted``)."""
 
     def __init__(
         self,
@@ -270,18 +300,21 @@ class StateFunction:
         mode: TimeMode,
         state_format: StateFormat = StateFormat.TEXT,
         answers: bool = False,
+        route: Callable[[str], str] | None = None,
     ) -> None:
         self.runner_factory = runner_factory
         self.mode = mode
         self.state_format = state_format
         self.answers = answers
+        self.route = route
 
     def __call__(self, key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
         with _no_cyclic_gc():
             # one output row per table: its rows as one Arrow stream (engine.envelope)
-            frame = pd.DataFrame(envelope.columns(self.rows(frames, state), self.answers))
+            rows = self.rows(frames, state, spark_key=key[0])
+            frame = pd.DataFrame(envelope.columns(rows, self.answers))
         yield frame
 
     def ticks(self, state: Any, batch_time_ms: int, arrivals: list[int | None]) -> tuple[int, int]:
@@ -292,19 +325,27 @@ class StateFunction:
             return watermark, watermark
         return processing_tick(batch_time_ms, arrivals), batch_time_ms
 
-    def call(self, frames: Iterator[Any], state: Any) -> list[tuple[str, str]]:
+    def call(
+        self, frames: Iterator[Any], state: Any, spark_key: str | None = None
+    ) -> list[tuple[str, str]]:
         """``rows``, each row as its JSON text: the per-row form of a call's output."""
-        return [(table, row_text(row)) for table, row in self.rows(frames, state)]
+        return [(table, row_text(row)) for table, row in self.rows(frames, state, spark_key)]
 
-    def rows(self, frames: Iterator[Any], state: Any) -> list[tuple[str, Row]]:
-        """One call: returns its rows, each with its table, in order; always ends with remove()
-        or update(+timeout)."""
+    def rows(
+        self, frames: Iterator[Any], state: Any, spark_key: str | None = None
+    ) -> list[tuple[str, Row]]:
+        """One call (of the Spark key ``spark_key``): returns its rows, each with its table, in
+        order; always ends with remove() or update(+timeout)."""
         batch_time = int(state.getCurrentProcessingTimeMs())
         stored = decode_state(state)
         events: list[TimedEvent] = []
         rejected: list[dict[str, Any]] = []
+        route = self.route if spark_key is not None else None
+        routes: dict[str, str] = {}  # a call's groups are few against its requests
         for row in _records(frames):
             parsed = parse_row(row, self.mode, batch_time)
+            if route is not None and isinstance(parsed, TimedEvent):
+                parsed = misrouted(parsed, row, spark_key, route, routes) or parsed
             (events if isinstance(parsed, TimedEvent) else rejected).append(parsed)  # type: ignore[arg-type]
         arrivals = [e.time_ms for e in events] + [r["arrival_time_ms"] for r in rejected]
         tick, now = self.ticks(state, batch_time, arrivals)

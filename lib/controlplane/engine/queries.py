@@ -369,7 +369,9 @@ def build_query(
             "reject_reason",
         )
     runners = runners_for(checkpoint)
-    function = StateFunction(runners, options.mode, state_format, answers is not None)
+    # the coordinator is keyed in Spark by its reading of the line: checked against Python's
+    route = keys.of if keyer is None else None
+    function = StateFunction(runners, options.mode, state_format, answers is not None, route)
     state = _stateful(_with_time(keyed, options), function, options)
     log.info(
         "%s query: %s source %s%s, %s, %s, checkpoint %s (state as %s)",
