@@ -170,17 +170,22 @@ def keyed_batches(slots: list[list[dict[str, Any]]], shards: int) -> list[Batch]
     return batches
 
 
-def state_function(answers: bool = False) -> Any:
+def state_function(answers: bool = False, shards: int | None = None) -> Any:
+    """The coordinator's state function as the engine builds it; with ``shards``, checking each
+    request's group id against its Spark key (the plain names of that many shards) as the
+    engine does."""
     from controlplane.core.config import parse_settings
     from controlplane.engine.adapter import StateFormat, StateFunction
-    from controlplane.engine.options import EngineOptions, TimeMode
+    from controlplane.engine.keying import SparkKeys
+    from controlplane.engine.options import EngineOptions, Keying, TimeMode
     from controlplane.engine.queries import CoordinatorRunners
     from controlplane.engine.reload import SettingsSource
 
     settings = parse_settings({"group.initial.rebalance.delay.ms": 0})
     runners = CoordinatorRunners(SettingsSource(None, settings), EngineOptions().failover_gap_ms)
+    route = None if shards is None else SparkKeys(Keying.SHARD, shards).of
     # a new checkpoint's state format
-    return StateFunction(runners, TimeMode.PROCESSING_TIME, StateFormat.TEXT, answers)
+    return StateFunction(runners, TimeMode.PROCESSING_TIME, StateFormat.TEXT, answers, route)
 
 
 class Clock:
@@ -201,14 +206,16 @@ def engine_path(
     clock: Clock,
     answers: bool = False,
     by_batch: list[tuple[int, dict[str, float]]] | None = None,
+    shards: int | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """Every batch through the Python path of a micro-batch; returns (events, states).
-    ``by_batch`` (when given) gets each batch's events and CPU seconds per part."""
+    ``by_batch`` (when given) gets each batch's events and CPU seconds per part; ``shards``:
+    the state function checks each request's key as the engine's does (``state_function``)."""
     import pyarrow as pa
 
     from controlplane.engine.batch import BatchSink
 
-    function = state_function(answers)
+    function = state_function(answers, shards)
     tables = ("decisions", "group_events", "groups", "rejected_events")
     publisher = ArrowOnlyPublisher() if answers else None
     sink = BatchSink("bench", tables, "", "", answers=publisher)  # type: ignore[arg-type]
@@ -418,7 +425,7 @@ def main() -> int:
         profiler = cProfile.Profile()
         profiler.enable()
     by_batch: list[tuple[int, dict[str, float]]] = []
-    events, _ = engine_path(batches, clock, by_batch=by_batch)
+    events, _ = engine_path(batches, clock, by_batch=by_batch, shards=args.shards)
     if args.profile:
         profiler.disable()
         pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime")).print_stats(
@@ -428,7 +435,7 @@ def main() -> int:
     print_slots(slots, by_batch[: args.by_slot])
     if args.answers:
         clock, by_batch = Clock(), []
-        events, _ = engine_path(batches, clock, answers=True, by_batch=by_batch)
+        events, _ = engine_path(batches, clock, answers=True, by_batch=by_batch, shards=args.shards)
         print_parts("engine path with an answers topic", events, clock)
         print_slots(slots, by_batch[: args.by_slot])
 
