@@ -432,6 +432,22 @@ def test_a_pending_member_overdue_at_failover_is_removed_at_the_load() -> None:
     assert h.timer(TimerKind.SYNC) == 20_000 + 10_000
 
 
+def test_timers_due_at_the_load_fire_in_their_order() -> None:
+    """Two pending members, one overdue at the load, the other's deadline the load itself:
+    removed in their deadlines' order, both at the load."""
+    h = CoordinatorHarness()
+    pending(h)
+    first = sorted(h.pending())
+    [p1] = first
+    h.advance_to(4000)
+    p2 = h.join(version=4, session_ms=2500, rebalance_ms=10_000).member_id
+    due = h.session_deadline(p2)
+    assert (h.session_deadline(p1), due) == (5500, 6500)
+    h.failover(at_ms=6500)
+    removed = [(e.member_id, e.at_ms) for e in h.events_of(EventKind.MEMBER_REMOVED)]
+    assert removed == [(p1, 6500), (p2, 6500)]
+
+
 def test_an_initial_delay_interrupted_by_a_failover_starts_its_step_again() -> None:
     h = CoordinatorHarness(group_initial_rebalance_delay_ms=3000)
     first = h.join(session_ms=5000, rebalance_ms=10_000)

@@ -10,7 +10,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from controlplane.engine.adapter import METRICS_TABLE, STATE_VERSION, StateFormat, StateFunction
+from controlplane.engine.adapter import (
+    METRICS_TABLE,
+    STATE_VERSION,
+    StateFormat,
+    StateFunction,
+    strays_dropped,
+)
 from controlplane.engine.keying import SparkKeys
 from controlplane.engine.options import Keying, TimeMode
 from engine.fakes import CountingRunner, FakeGroupState
@@ -415,3 +421,42 @@ def test_a_request_whose_group_id_is_another_key_s_is_rejected_as_misrouted() ->
     assert [r["event_id"] for r in under_g["decisions"]] == ["far"]  # where Python reads it
     unrouted = tables(function().call(iter([frame(*rows)]), FakeGroupState(), keys.of("")))
     assert len(unrouted["decisions"]) == 3  # the quota is keyed in Python: nothing to check
+
+
+def test_a_group_id_escaped_beside_a_plain_one_is_a_duplicate() -> None:
+    """``group\\u005fid`` is ``group_id``: Spark keys the line by the first, Python reads the
+    last."""
+    escaped = '{"event_id": "e", "type": "count", "group_id": "a", "group\\u005fid": "b"}'
+    out = tables(function().call(iter([frame({"raw": escaped})]), FakeGroupState()))
+    [rejected] = out["rejected_events"]
+    assert rejected["reason"] == "not a JSON object: duplicate key group_id"
+
+
+def test_the_rows_of_a_stray_group_are_dropped() -> None:
+    """A group an earlier build wrote under another key than its own (a misrouted line) fires
+    its timers there: its rows, under its group id, would overwrite the group's own."""
+    keys = SparkKeys(Keying.SHARD, 16)
+    assert keys.of("orders") != keys.of("")
+    rows = [
+        {"group_id": "orders", "kind": "member_removed"},  # a stray under the key of ""
+        {"group_id": "", "kind": "member_removed"},
+        {"group_id": None, "error": "INVALID_REQUEST"},
+        {"batch": 1},
+    ]
+    kept = strays_dropped(rows, keys.of(""), keys.of, {})
+    assert kept == rows[1:]
+    assert strays_dropped(rows, keys.of("orders"), keys.of, {}) == [rows[0], *rows[2:]]
+
+
+def test_a_stray_an_earlier_build_wrote_fires_its_timer_without_rows() -> None:
+    keys = SparkKeys(Keying.SHARD, 16)
+    earlier = FakeGroupState(batch_time_ms=1_000)
+    line_under_empty = {"raw": line("e", group_id="orders", timeout_ms=500), "arrival_time_ms": 900}
+    function().call(iter([frame(line_under_empty)]), earlier, keys.of(""))  # no check then
+    routed = StateFunction(CountingRunner, TimeMode.PROCESSING_TIME, route=keys.of)
+    later = earlier.next_call(5_000)
+    out = tables(routed.call(iter([]), later, keys.of("")))
+    assert "group_events" not in out  # the stray's timer fired: its row is dropped
+    assert later.value is not None  # its state goes on as it was (timers, then nothing)
+    unchecked = tables(function().call(iter([]), earlier.next_call(5_000), keys.of("")))
+    assert [r["group_id"] for r in unchecked["group_events"]] == ["orders"]

@@ -14,10 +14,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.config import ConfigError, parse_settings
+from controlplane.core.config import ConfigError
 from controlplane.core.coordinator.runner import CoordinatorShard
-from controlplane.core.quota.runner import QuotaRunner
-from controlplane.core.runtime import TimedEvent
 from controlplane.engine import checkpoints
 from controlplane.engine.adapter import StateFormat
 from controlplane.engine.checkpoints import (
@@ -29,13 +27,11 @@ from controlplane.engine.checkpoints import (
 )
 from controlplane.engine.keying import ShardNames, SparkKeys, balanced_names
 from controlplane.engine.options import Keying
-from controlplane.engine.queries import QuotaKeyer, coordinator_routing_keys, quota_routing_keys
+from controlplane.engine.queries import coordinator_routing_keys
 from controlplane.io.checkpoint import KEYING_RECORD, RecordError, read_record, write_record
 from coordinator.test_runner import CONFIG as COORDINATOR
 from coordinator.test_runner import stable_member
 from engine.test_checkpoints import NoSpark, OneSetting, Session
-from quota.test_runner import T
-from quota.test_runner import event as quota_event
 
 
 class LocalSpark(NoSpark):
@@ -237,7 +233,7 @@ def test_a_raised_shard_count_over_a_checkpoint_without_a_record_is_refused(
     moved = [
         g for g in GROUPS if SparkKeys(Keying.SHARD, 32).of(g) != SparkKeys(Keying.SHARD, 16).of(g)
     ]
-    assert f"{len(moved)} of the {len(GROUPS)} groups or quota keys" in message
+    assert f"{len(moved)} of the {len(GROUPS)} groups" in message
     assert "it was started with 16 shards" in message
     assert not (tmp_path / KEYING_RECORD).exists()
 
@@ -261,87 +257,67 @@ def text_of(ids: list[Any]) -> str:
     return base64.b64encode(json.dumps(ids).encode()).decode()
 
 
-def test_a_few_strays_no_shard_count_explains_are_kept_with_a_warning(
+def test_strays_under_the_key_of_a_misread_line_are_kept_with_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A group written under another key than its own (a Spark and a Python reading of a line
-    that disagreed; quota settings that differed between the keyer and the runner) is no sign
-    of another shard count: the checkpoint restarts, and the warning names it."""
+    """A build before the misrouted check kept a line Spark read no group_id from under the
+    key of "" (shard-0), in a group of its own: no sign of another shard count, however few
+    the groups. The checkpoint restarts, and the warning names the stray."""
     stray = ("shard-0", text_of(["orders"]))  # 16 shards put "orders" in shard-14
-    blobs = [*shards_holding(GROUPS, 16), stray]
+    assert SparkKeys(Keying.SHARD, 16).of("") == "shard-0"
+    for groups in (GROUPS, GROUPS[:2]):
+        caplog.clear()
+        (tmp_path / KEYING_RECORD).unlink(missing_ok=True)
+        with caplog.at_level(logging.WARNING):
+            keys = before_the_record(
+                tmp_path, monkeypatch, [*shards_holding(groups, 16), stray], 16
+            )
+        assert keys == SparkKeys(Keying.SHARD, 16, ShardNames.PLAIN)
+        assert f"1 of the {len(groups) + 1} groups" in caplog.text
+        assert "'orders' is under shard-0, not shard-14" in caplog.text
+
+
+def test_a_few_strays_elsewhere_no_shard_count_explains_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under another key than "" (a line naming group_id twice, before such lines were
+    refused), one stray among forty groups."""
+    stray = ("shard-3", text_of(["orders"]))
     with caplog.at_level(logging.WARNING):
-        keys = before_the_record(tmp_path, monkeypatch, blobs, 16)
+        keys = before_the_record(tmp_path, monkeypatch, [*shards_holding(GROUPS, 16), stray], 16)
     assert keys == SparkKeys(Keying.SHARD, 16, ShardNames.PLAIN)
-    assert "1 of the 41 groups or quota keys" in caplog.text
-    assert "'orders' is under shard-0, not shard-14" in caplog.text
+    assert "'orders' is under shard-3, not shard-14" in caplog.text
 
 
-def test_a_few_keys_elsewhere_that_another_count_explains_are_refused(
+def test_a_few_groups_elsewhere_that_another_count_explains_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Of groups written with 16 shards, those 32 would find in the same shard pass; the one
-    it would not is enough when 16 puts every group where it is."""
-    same = [
-        g for g in GROUPS if SparkKeys(Keying.SHARD, 32).of(g) == SparkKeys(Keying.SHARD, 16).of(g)
-    ]
-    moved = next(g for g in GROUPS if g not in same)
+    it would not (not in shard-0, where strays are) is enough when 16 puts every group where
+    it is."""
+    sixteen, thirty_two = SparkKeys(Keying.SHARD, 16), SparkKeys(Keying.SHARD, 32)
+    same = [g for g in GROUPS if thirty_two.of(g) == sixteen.of(g)]
+    moved = next(g for g in GROUPS if g not in same and sixteen.of(g) != "shard-0")
     blobs = shards_holding([*same, moved], 16)
     assert STRAYS_TOLERATED * (len(same) + 1) > 1  # fewer than strays may be
     with pytest.raises(ConfigError, match="it was started with 16 shards"):
         before_the_record(tmp_path, monkeypatch, blobs, 32)
 
 
-@pytest.mark.parametrize("query", ["coordinator", "quota"])
-def test_each_query_s_own_state_is_read_by_the_check(query: str) -> None:
-    """The check on real state: a coordinator shard's groups, a quota shard's buckets, written
-    with 4 shards and checked against 8."""
+def test_real_coordinator_state_is_read_by_the_check() -> None:
+    """The check on a coordinator shard's groups, written with 4 shards and checked against 8."""
     four, eight = SparkKeys(Keying.SHARD, 4), SparkKeys(Keying.SHARD, 8)
-    if query == "coordinator":
-        names = [f"group-{i}" for i in range(12)]
-        shards: dict[str, CoordinatorShard] = {}
-        for i, name in enumerate(names):
-            stable_member(
-                shards.setdefault(four.of(name), CoordinatorShard(COORDINATOR)), name, 0, f"j{i}"
-            )
-        states = {key: shard.encode() for key, shard in shards.items()}
-        routing_keys = coordinator_routing_keys
-    else:
-        quotas = parse_settings({"quotas": [{"user": "<default>", "controller_mutation_rate": 1}]})
-        users = [f"u{i}" for i in range(12)]
-        names = [f"user={u}" for u in users]
-        by_shard: dict[str, list[TimedEvent]] = {}
-        for i, user in enumerate(users):
-            by_shard.setdefault(four.of(f"user={user}"), []).append(
-                quota_event(f"e{i}", T, user, x=1)
-            )
-        runner = QuotaRunner(quotas.quota)
-        states = {key: runner.run(None, events, None).state for key, events in by_shard.items()}
-        routing_keys = quota_routing_keys
-    blobs = [(key, base64.b64encode(state or b"").decode()) for key, state in states.items()]
-    check_routed("cp", four, blobs, routing_keys)  # where 4 shards put every one
+    names = [f"group-{i}" for i in range(12)]
+    shards: dict[str, CoordinatorShard] = {}
+    for i, name in enumerate(names):
+        shard = shards.setdefault(four.of(name), CoordinatorShard(COORDINATOR))
+        stable_member(shard, name, 0, f"j{i}")
+    assert sorted(g for s in shards.values() for g in s.group_ids) == sorted(names)
+    blobs = [(key, base64.b64encode(s.encode() or b"").decode()) for key, s in shards.items()]
+    check_routed("cp", four, blobs, coordinator_routing_keys)  # where 4 shards put every one
     assert any(four.of(n) != eight.of(n) for n in names)
     with pytest.raises(ConfigError, match="it was started with 4 "):
-        check_routed("cp", eight, blobs, routing_keys)
-
-
-def test_the_routing_keys_are_the_group_ids_and_quota_keys_a_state_holds() -> None:
-    """What the check reads from each query's state, routed as the query routes its events."""
-    shard = CoordinatorShard(COORDINATOR)
-    stable_member(shard, "orders", 0)
-    stable_member(shard, "payments", 0, eid="j2")
-    state = shard.encode()
-    assert state is not None
-    assert sorted(coordinator_routing_keys(state)) == ["orders", "payments"]
-    quotas = parse_settings({"quotas": [{"user": "<default>", "controller_mutation_rate": 1}]})
-    mutations = [quota_event("a", T, "u1", x=1), quota_event("b", T, "u2", x=1)]
-    result = QuotaRunner(quotas.quota).run(None, mutations, None)
-    assert result.state is not None
-    held = quota_routing_keys(result.state)
-    assert sorted(held) == ["user=u1", "user=u2"]
-    keys = SparkKeys(Keying.SHARD, 16)
-    keyer = QuotaKeyer(None, keys)  # type: ignore[arg-type]  # key() reads no settings
-    routed = [keyer.key(json.dumps(m.event), None, quotas.quota)[0] for m in mutations]
-    assert routed == [keys.of("user=u1"), keys.of("user=u2")]
+        check_routed("cp", eight, blobs, coordinator_routing_keys)
 
 
 @pytest.mark.parametrize(

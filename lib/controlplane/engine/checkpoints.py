@@ -297,48 +297,54 @@ def _routed(
 
 
 MAX_SHARDS_TRIED: Final = 4096
-# A shard count m other than the checkpoint's n leaves about 1 - gcd(n, m) / m of its keys
-# elsewhere: at least half of them when m is higher. A state whose strays are fewer than this
-# share, and that no other count explains, was started with the configured count.
+# A shard count m other than the checkpoint's n leaves about 1 - gcd(n, m) / m of its groups
+# elsewhere: at least half of them when m is higher. Strays (below) are few.
 STRAYS_TOLERATED: Final = 0.25
 
 
 @dataclass
 class Routing:
-    """What a state's keys say of the shard count it was written with: how many keys, how many
-    are not under the shard the configured count puts them in (and one of them: the key, its
-    shard, and where the count puts it), and the counts up to ``MAX_SHARDS_TRIED`` that put
-    every key where it is, smallest first."""
+    """What a state's groups say of the shard count it was written with, against the configured
+    one: how many groups, how many are not under the shard it puts them in (and one of them:
+    the group, its shard, and where the count puts it), how many of those are elsewhere than
+    under ``misread`` (the key of a line Spark read no group id from: where strays are), and
+    the counts up to ``MAX_SHARDS_TRIED`` that put every group but those strays where it is,
+    smallest first."""
 
-    keys: int = 0
+    misread: str
+    groups: int = 0
     misplaced: int = 0
+    elsewhere: int = 0
     example: tuple[str, str, str] | None = None
     counts: list[int] = field(default_factory=lambda: list(range(1, MAX_SHARDS_TRIED + 1)))
 
-    def add(self, under: str, key: str, routed: str) -> None:
-        self.keys += 1
+    def add(self, under: str, group_id: str, routed: str) -> None:
+        self.groups += 1
         if routed != under:
             self.misplaced += 1
             if self.example is None:
-                self.example = (key, under, routed)
+                self.example = (group_id, under, routed)
+            if under == self.misread:
+                return
+            self.elsewhere += 1
         if self.counts:
             shard = int(under.removeprefix(SHARD_PREFIX))
-            hashed = zlib.crc32(key.encode("utf-8"))
+            hashed = zlib.crc32(group_id.encode("utf-8"))
             self.counts = [n for n in self.counts if n > shard and hashed % n == shard]
 
 
 def tally_routing(keys: SparkKeys, placed: Iterable[tuple[str, str]]) -> Routing:
-    """``Routing`` of the (plain shard name, key) pairs, against ``keys``; one pass, a few
-    numbers kept, whatever the number of keys."""
-    routing = Routing()
-    for under, key in placed:
-        routing.add(under, key, keys.of(key))
+    """``Routing`` of the (plain shard name, group id) pairs, against ``keys``; one pass, a few
+    numbers kept, whatever the number of groups."""
+    routing = Routing(keys.of(""))
+    for under, group_id in placed:
+        routing.add(under, group_id, keys.of(group_id))
     return routing
 
 
 def consistent_shard_counts(placed: Iterable[tuple[str, str]], limit: int = 3) -> list[int]:
     """Up to ``limit`` of the shard counts (at most ``MAX_SHARDS_TRIED``) under which every
-    (plain shard name, key) pair is where the plain names put it, smallest first."""
+    (plain shard name, group id) pair is where the plain names put it, smallest first."""
     return tally_routing(SparkKeys(Keying.SHARD, 1), placed).counts[:limit]
 
 
@@ -348,35 +354,37 @@ def check_routed(
     blobs: Iterable[tuple[str, Any]],
     routing_keys: RoutingKeys,
 ) -> None:
-    """Whether the groups or quota keys in the states ``blobs`` (``state_blobs``) are under the
-    shard ``keys`` puts them in. A ConfigError when the checkpoint was started with another
-    shard count (a higher configured count passes the check of the Spark keys when the state
-    holds only shards below the old count): many keys elsewhere, or a few that another count
-    explains. A few strays that no count explains are kept, with a warning: a group or quota
-    bucket written under another key than its own (a Spark and a Python reading of a line that
-    disagreed, quota settings that differed between the keyer and the runner)."""
+    """Whether the groups in the states ``blobs`` (``state_blobs``) are under the shard ``keys``
+    puts them in. A ConfigError when the checkpoint was started with another shard count (a
+    higher configured count passes the check of the Spark keys when the state holds only
+    shards below the old count): groups elsewhere than where strays are that another count
+    explains, or many of them. Strays are kept, with a warning: groups a build before the
+    ``misrouted`` check wrote under the key of a line Spark read no group id from (the key of
+    ""), and a few elsewhere that no count explains."""
     routing = tally_routing(keys, _routed(blobs, routing_keys))
     if routing.example is None:
         return
-    key, under, routed = routing.example
-    counts = [n for n in routing.counts if n != keys.shards][:3]
-    if routing.misplaced < STRAYS_TOLERATED * routing.keys and not counts:
+    group_id, under, routed = routing.example
+    counts = routing.counts[:3]
+    many = routing.elsewhere >= STRAYS_TOLERATED * routing.groups
+    if not routing.elsewhere or not (counts or many):
         log.warning(
-            "checkpoint %s: %d of the %d groups or quota keys in its state are not under the"
-            " shard %d shards put them in (%r is under %s, not %s), and no shard count puts"
-            " them all where they are: strays written under another key than their own, kept"
-            " (their requests find them under their own key; a stray goes when its timers do)",
+            "checkpoint %s: %d of the %d groups in its state are not under the shard %d shards"
+            " put them in (%r is under %s, not %s), and no shard count puts them all where they"
+            " are: strays an earlier build wrote under another key than their own, kept (their"
+            " requests reach the group under its own key; a stray's rows are dropped, and it goes"
+            ' when its timers do: docs/engine.md, "The adapter")',
             checkpoint,
             routing.misplaced,
-            routing.keys,
+            routing.groups,
             keys.shards,
-            key,
+            group_id,
             under,
             routed,
         )
         return
     found = (
-        f"it was started with {' or '.join(str(n) for n in counts)} shards (every one is where"
+        f"it was started with {' or '.join(str(n) for n in counts)} shards (every group is where"
         " that count puts it): configure that count (engine.shards) to restart it"
         if counts
         else "no shard count up to 4096 puts them all where they are: configure the keying and"
@@ -384,9 +392,9 @@ def check_routed(
     )
     raise ConfigError(
         f"checkpoint {checkpoint} has no keying record, and {routing.misplaced} of the"
-        f" {routing.keys} groups or quota keys in its state are not under the shard"
-        f" {keys.shards} shards put them in ({key!r} is under {under}, not {routed}): {found},"
-        " or start a new checkpoint"
+        f" {routing.groups} groups in its state are not under the shard {keys.shards} shards"
+        f" put them in ({group_id!r} is under {under}, not {routed}): {found}, or start a new"
+        " checkpoint"
     )
 
 

@@ -86,14 +86,6 @@ def coordinator_routing_keys(data: bytes) -> list[str]:
     return CoordinatorShard.decode(data, CoordinatorConfig()).group_ids
 
 
-def quota_routing_keys(data: bytes) -> list[str]:
-    """The quota keys a quota shard's state holds (``checkpoints.RoutingKeys``)."""
-    from controlplane.core.quota import codec
-
-    buckets, _ = codec.decode(data)
-    return list(buckets)
-
-
 _QUOTA_RUNNERS: dict[int, tuple[Any, Runner]] = {}
 
 
@@ -312,7 +304,7 @@ def build_query(
     *,
     source: SourceOptions,
     runners_for: Callable[[str], Callable[[], Runner]],
-    routing_keys: RoutingKeys,
+    routing_keys: RoutingKeys | None,
     tables: tuple[str, ...],
     name: str,
     keyer: Callable[[SparkKeys], QuotaKeyer] | None = None,
@@ -324,9 +316,10 @@ def build_query(
     """Any runner behind the same pipeline: keyed by a JSON field (Spark expression) or by a
     Python keyer (mapInPandas), then the adapter and the foreachBatch sink (and the answers
     topic). ``runners_for`` gives the runner factory for the query's checkpoint, once its
-    source, tables and keying are checked; ``routing_keys`` reads the group or quota keys of a
-    key's state (checking a checkpoint started before the keying record). ``secret_lookup``
-    reads ``{{secrets/...}}`` references (Databricks' secret store when on Databricks)."""
+    source, tables and keying are checked; ``routing_keys`` reads the group ids of a key's
+    state (checking a checkpoint started before the keying record; None: not checked).
+    ``secret_lookup`` reads ``{{secrets/...}}`` references (Databricks' secret store when on
+    Databricks)."""
     from pyspark.sql import functions as F
 
     check_table_names(spark, options)
@@ -478,7 +471,9 @@ def build_quota_query(
         options,
         source=options.quota_source,
         runners_for=lambda _: QuotaRunners(settings_source),
-        routing_keys=quota_routing_keys,
+        # not checked: a bucket under another shard is never charged again and expires within
+        # the hour (as Kafka's quota state goes with a controller's failover)
+        routing_keys=None,
         tables=QUOTA_TABLES,
         name=name,
         keyer=functools.partial(QuotaKeyer, settings_source),

@@ -61,9 +61,9 @@ def fire_due(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:
 def reset_sessions(group: Group, now_ms: int, config: CoordinatorConfig) -> Step:
     """coordinator_failover (docs/reference/events.md §6), what Kafka does when a coordinator loads
     a group: every session deadline restarts at ``now_ms``; an interrupted rebalance's join or
-    sync deadline moves to at least a rebalance timeout after it, and the other overdue timers
-    come due at it; a group over ``group.max.size`` (the setting was lowered across the stop)
-    rebalances."""
+    sync deadline moves to at least a rebalance timeout (or the initial delay's step) after it,
+    and the other due timers come due at it; a group over ``group.max.size`` (the setting was
+    lowered across the stop) rebalances."""
     d = Draft(group, now_ms, None, config)
     admin.reset_sessions(d)
     return make_step(group=d.freeze(), decisions=tuple(d.decisions), events=tuple(d.events))
