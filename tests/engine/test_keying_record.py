@@ -22,8 +22,8 @@ from controlplane.engine.checkpoints import (
     STRAYS_TOLERATED,
     check_routed,
     checkpoint_keys,
-    consistent_shard_counts,
     state_keys,
+    tally_routing,
 )
 from controlplane.engine.keying import ShardNames, SparkKeys, balanced_names
 from controlplane.engine.options import Keying
@@ -289,6 +289,19 @@ def test_a_few_strays_elsewhere_no_shard_count_explains_are_kept(
     assert "'orders' is under shard-3, not shard-14" in caplog.text
 
 
+def test_a_raised_count_whose_moved_groups_are_all_in_shard_0_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every group in shard-0, where strays are: many of them elsewhere with 32 shards, and 16
+    puts every one where it is."""
+    sixteen, thirty_two = SparkKeys(Keying.SHARD, 16), SparkKeys(Keying.SHARD, 32)
+    zeros = [f"g{i}" for i in range(2000) if sixteen.of(f"g{i}") == "shard-0"][:30]
+    moved = [g for g in zeros if thirty_two.of(g) != "shard-0"]
+    assert len(moved) >= STRAYS_TOLERATED * len(zeros)
+    with pytest.raises(ConfigError, match="it was started with 1 or 2 or 4 or 8 or 16 shards"):
+        before_the_record(tmp_path, monkeypatch, shards_holding(zeros, 16), 32)
+
+
 def test_a_few_groups_elsewhere_that_another_count_explains_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -332,7 +345,7 @@ def test_real_coordinator_state_is_read_by_the_check() -> None:
 def test_the_shard_counts_a_state_is_consistent_with(
     placed: list[tuple[str, str]], counts: list[int]
 ) -> None:
-    assert consistent_shard_counts(placed) == counts
+    assert tally_routing(SparkKeys(Keying.SHARD, 1), placed).fitting[:3] == counts
 
 
 def test_a_checkpoint_without_state_is_recorded_afresh(tmp_path: Path) -> None:

@@ -54,8 +54,8 @@ NO_COMMITTED_BATCH: Final = "STDS_COMMITTED_BATCH_UNAVAILABLE"
 STATEFUL_OPERATOR_ID: Final = 0
 _FORMATS: Final = {"binary": StateFormat.BINARY, "string": StateFormat.TEXT}
 
-# What a key's state bytes hold, each by the key it is routed by (``SparkKeys.of``): a
-# coordinator shard's group ids, a quota shard's quota keys. ValueError for bytes it cannot read.
+# The group ids a coordinator shard's state bytes hold, each routed by ``SparkKeys.of``
+# (engine.queries.coordinator_routing_keys). ValueError for bytes it cannot read.
 RoutingKeys = Callable[[bytes], Iterable[str]]
 
 
@@ -129,8 +129,8 @@ def checkpoint_keys(
     when it planned its first batch), else it is recorded afresh, balanced over the session's
     state partitions. One with a committed batch: its record's keys, which must agree with
     ``keying`` and ``shards`` (else a ConfigError); without a record (started before the
-    record was kept) the plain names, once its state is found under them (each group or quota
-    key too, read with ``routing_keys``)."""
+    record was kept) the plain names, once its state is found under them (each group too, read
+    with ``routing_keys``: the coordinator)."""
     try:
         text = read_record(spark, checkpoint)
         if not _has_committed_batch(spark, checkpoint, existing):
@@ -189,9 +189,11 @@ def _keys_before_the_record(
     """A checkpoint started before the record: its shards are under the plain names, and its
     keying and shard count can only be assumed to be the configured ones. What its state holds
     is checked first (Spark jobs over the state): under shard keying no key outside the plain
-    names of ``shards`` shards, and (with ``routing_keys``) every group or quota key under the
-    shard ``shards`` puts it in; under group keying not only shard names. A record that was
-    lost, or a shard count other than the checkpoint's, is refused."""
+    names of ``shards`` shards, and (with ``routing_keys``: the coordinator) every group under
+    the shard ``shards`` puts it in (``check_routed``, which keeps strays); under group keying
+    not only shard names. A record that was lost, or a shard count other than the
+    checkpoint's, is refused, but for a quota checkpoint's higher count, and a coordinator's
+    whose moved groups are few and all in shard-0."""
     keys = SparkKeys(keying, shards, ShardNames.PLAIN)
     if keying is Keying.SHARD:
         strangers = state_keys(spark, checkpoint, outside=keys.shard_names)
@@ -279,7 +281,7 @@ def state_blobs(spark: Any, checkpoint: str) -> Iterator[tuple[str, Any]]:
 def _routed(
     blobs: Iterable[tuple[str, Any]], routing_keys: RoutingKeys
 ) -> Iterator[tuple[str, str]]:
-    """(Spark key, group or quota key) for every key each state holds. A state this build
+    """(Spark key, group id) for every group each state holds. A state this build
     cannot read is left out, with a warning."""
     for spark_key, blob in blobs:
         try:
@@ -302,24 +304,32 @@ MAX_SHARDS_TRIED: Final = 4096
 STRAYS_TOLERATED: Final = 0.25
 
 
+def _all_counts() -> list[int]:
+    return list(range(1, MAX_SHARDS_TRIED + 1))
+
+
 @dataclass
 class Routing:
     """What a state's groups say of the shard count it was written with, against the configured
     one: how many groups, how many are not under the shard it puts them in (and one of them:
     the group, its shard, and where the count puts it), how many of those are elsewhere than
-    under ``misread`` (the key of a line Spark read no group id from: where strays are), and
-    the counts up to ``MAX_SHARDS_TRIED`` that put every group but those strays where it is,
-    smallest first."""
+    under ``misread`` (the key of a line Spark read no group id from: where strays are); the
+    counts up to ``MAX_SHARDS_TRIED`` that put every group where it is (``fitting``), and
+    every group but the misplaced ones under ``misread`` (``counts``), smallest first."""
 
     misread: str
     groups: int = 0
     misplaced: int = 0
     elsewhere: int = 0
     example: tuple[str, str, str] | None = None
-    counts: list[int] = field(default_factory=lambda: list(range(1, MAX_SHARDS_TRIED + 1)))
+    counts: list[int] = field(default_factory=_all_counts)
+    fitting: list[int] = field(default_factory=_all_counts)
 
     def add(self, under: str, group_id: str, routed: str) -> None:
         self.groups += 1
+        shard = int(under.removeprefix(SHARD_PREFIX))
+        hashed = zlib.crc32(group_id.encode("utf-8"))
+        self.fitting = [n for n in self.fitting if n > shard and hashed % n == shard]
         if routed != under:
             self.misplaced += 1
             if self.example is None:
@@ -327,10 +337,7 @@ class Routing:
             if under == self.misread:
                 return
             self.elsewhere += 1
-        if self.counts:
-            shard = int(under.removeprefix(SHARD_PREFIX))
-            hashed = zlib.crc32(group_id.encode("utf-8"))
-            self.counts = [n for n in self.counts if n > shard and hashed % n == shard]
+        self.counts = [n for n in self.counts if n > shard and hashed % n == shard]
 
 
 def tally_routing(keys: SparkKeys, placed: Iterable[tuple[str, str]]) -> Routing:
@@ -340,12 +347,6 @@ def tally_routing(keys: SparkKeys, placed: Iterable[tuple[str, str]]) -> Routing
     for under, group_id in placed:
         routing.add(under, group_id, keys.of(group_id))
     return routing
-
-
-def consistent_shard_counts(placed: Iterable[tuple[str, str]], limit: int = 3) -> list[int]:
-    """Up to ``limit`` of the shard counts (at most ``MAX_SHARDS_TRIED``) under which every
-    (plain shard name, group id) pair is where the plain names put it, smallest first."""
-    return tally_routing(SparkKeys(Keying.SHARD, 1), placed).counts[:limit]
 
 
 def check_routed(
@@ -358,43 +359,62 @@ def check_routed(
     puts them in. A ConfigError when the checkpoint was started with another shard count (a
     higher configured count passes the check of the Spark keys when the state holds only
     shards below the old count): groups elsewhere than where strays are that another count
-    explains, or many of them. Strays are kept, with a warning: groups a build before the
-    ``misrouted`` check wrote under the key of a line Spark read no group id from (the key of
-    ""), and a few elsewhere that no count explains."""
+    explains, or many of them; or, all under the key of "", many that another count explains.
+    Strays are kept, with a warning: groups a build before the ``misrouted`` check wrote under
+    the key of a line Spark read no group id from (the key of ""), and a few elsewhere that no
+    count explains."""
     routing = tally_routing(keys, _routed(blobs, routing_keys))
     if routing.example is None:
         return
     group_id, under, routed = routing.example
-    counts = routing.counts[:3]
-    many = routing.elsewhere >= STRAYS_TOLERATED * routing.groups
-    if not routing.elsewhere or not (counts or many):
-        log.warning(
-            "checkpoint %s: %d of the %d groups in its state are not under the shard %d shards"
-            " put them in (%r is under %s, not %s), and no shard count puts them all where they"
-            " are: strays an earlier build wrote under another key than their own, kept (their"
-            " requests reach the group under its own key; a stray's rows are dropped, and it goes"
-            ' when its timers do: docs/engine.md, "The adapter")',
-            checkpoint,
-            routing.misplaced,
-            routing.groups,
-            keys.shards,
-            group_id,
-            under,
-            routed,
-        )
+    many = STRAYS_TOLERATED * routing.groups
+    if routing.elsewhere and (routing.counts or routing.elsewhere >= many):
+        counts = routing.counts[:5]
+    elif not routing.elsewhere and routing.fitting and routing.misplaced >= many:
+        counts = routing.fitting[:5]
+    else:
+        _warn_strays(checkpoint, keys, routing)
         return
     found = (
         f"it was started with {' or '.join(str(n) for n in counts)} shards (every group is where"
         " that count puts it): configure that count (engine.shards) to restart it"
         if counts
-        else "no shard count up to 4096 puts them all where they are: configure the keying and"
-        " shard count it was started with (engine.keying, engine.shards) to restart it"
+        else f"no shard count up to {MAX_SHARDS_TRIED} puts them all where they are: configure"
+        " the keying and shard count it was started with (engine.keying, engine.shards) to"
+        " restart it"
     )
     raise ConfigError(
         f"checkpoint {checkpoint} has no keying record, and {routing.misplaced} of the"
         f" {routing.groups} groups in its state are not under the shard {keys.shards} shards"
         f" put them in ({group_id!r} is under {under}, not {routed}): {found}, or start a new"
         " checkpoint"
+    )
+
+
+def _warn_strays(checkpoint: str, keys: SparkKeys, routing: Routing) -> None:
+    assert routing.example is not None
+    group_id, under, routed = routing.example
+    fitting = routing.fitting[:5]
+    counts = (
+        f"shard counts {', '.join(str(n) for n in fitting)} put them all where they are (if the"
+        " checkpoint was started with one of them, configure it: engine.shards)"
+        if fitting
+        else "no shard count puts them all where they are"
+    )
+    log.warning(
+        "checkpoint %s: %d of the %d groups in its state are not under the shard %d shards put"
+        " them in (%r is under %s, not %s), and %s: strays an earlier build wrote under another"
+        " key than their own, kept (their requests reach the group under its own key; a"
+        " stray's rows are dropped, and it goes when its timers do: docs/engine.md, \"The"
+        ' adapter")',
+        checkpoint,
+        routing.misplaced,
+        routing.groups,
+        keys.shards,
+        group_id,
+        under,
+        routed,
+        counts,
     )
 
 

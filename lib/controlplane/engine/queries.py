@@ -308,12 +308,11 @@ def build_query(
     tables: tuple[str, ...],
     name: str,
     keyer: Callable[[SparkKeys], QuotaKeyer] | None = None,
-    key_path: str = "$.group_id",
     available_now: bool = False,
     require_principal: bool = False,
     secret_lookup: SecretLookup | None = None,
 ) -> Any:
-    """Any runner behind the same pipeline: keyed by a JSON field (Spark expression) or by a
+    """Any runner behind the same pipeline: keyed by ``$.group_id`` (Spark expression) or by a
     Python keyer (mapInPandas), then the adapter and the foreachBatch sink (and the answers
     topic). ``runners_for`` gives the runner factory for the query's checkpoint, once its
     source, tables and keying are checked; ``routing_keys`` reads the group ids of a key's
@@ -344,7 +343,8 @@ def build_query(
     if keyer is not None:
         keyed = raw.mapInPandas(keyer(keys), KEYED_INPUT)
     else:
-        key = keys.column(F.get_json_object("raw", key_path))
+        # the coordinator's key: the adapter checks each request's group_id against it (route)
+        key = keys.column(F.get_json_object("raw", "$.group_id"))
         # Only event-time mode reads the line's time in Spark (the watermark); processing time
         # leaves the line to the one parse the function does.
         if options.mode is TimeMode.EVENT_TIME:

@@ -174,11 +174,11 @@ def _restart_rebalance_deadline(d: Draft) -> bool:
 
 
 def _overdue_timers_fire_now(d: Draft) -> None:
-    """The timers the load did not move that are due (a pending member's, §14.1's registration,
-    §14.2's expansion, the retention's) come due at the load, in their order, after the ones it
-    moved there:
-    fired at their old deadlines, they would remove members and start or complete a rebalance
-    at a time before the load, whose new deadlines would then be overdue too. A pending member
+    """The timers the load did not move that are due at it (a pending member's, §14.1's
+    registration, §14.2's expansion, the retention's) are scheduled again at the load, in their
+    (deadline, sequence) order, so that they fire there, in that order: fired at their old
+    deadlines, they would remove members and start or complete a rebalance at a time before
+    the load, whose new deadlines would then be overdue too. A pending member
     (MEMBER_ID_REQUIRED) is then removed at the load: Kafka does not store pending members, and
     the coordinator that loads the group refuses their JoinGroup with the id."""
     now_ms = d.now_ms
