@@ -27,6 +27,7 @@ import json
 import logging
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -92,15 +93,26 @@ def state_format_from_spark(spark: Any, checkpoint: str) -> StateFormat:
     return StateFormat.TEXT if found is None else found
 
 
-def _format_from_spark(spark: Any, checkpoint: str) -> StateFormat | None:
+@contextmanager
+def _reading_state(checkpoint: str, what: str) -> Iterator[None]:
+    """Around a read of the checkpoint's state through Spark's state data source: Spark's error
+    for a checkpoint with no committed batch ends the block with nothing read (the caller's
+    default stands); any other is a ConfigError that says ``what`` could not be read."""
     try:
-        schema = spark.read.format("statestore").load(checkpoint).schema
+        yield
     except Exception as exc:  # Spark's errors, through py4j or Spark Connect
-        if NO_COMMITTED_BATCH in str(exc):
-            return None
-        raise ConfigError(
-            f"checkpoint {checkpoint}: its state schema cannot be read: {first_line(exc)}"
-        ) from exc
+        if NO_COMMITTED_BATCH not in str(exc):
+            raise ConfigError(
+                f"checkpoint {checkpoint}: {what} cannot be read: {first_line(exc)}"
+            ) from exc
+
+
+def _format_from_spark(spark: Any, checkpoint: str) -> StateFormat | None:
+    schema = None
+    with _reading_state(checkpoint, "its state schema"):
+        schema = spark.read.format("statestore").load(checkpoint).schema
+    if schema is None:
+        return None
     found = blob_type_name(schema.jsonValue())
     state_format = None if found is None else _FORMATS.get(found)
     if state_format is None:
@@ -239,7 +251,8 @@ def state_keys(
     batch is committed (the state data source: a Spark job over the state)."""
     from pyspark.sql import functions as F
 
-    try:
+    rows: list[Any] = []
+    with _reading_state(checkpoint, "its state's keys"):
         state = spark.read.format("statestore").load(checkpoint)
         frame = state.select(F.col(F_KEY).alias("k"))
         if outside:
@@ -247,12 +260,6 @@ def state_keys(
         if not_matching is not None:
             frame = frame.where(~F.col("k").rlike(not_matching))
         rows = frame.distinct().limit(limit).collect()
-    except Exception as exc:  # Spark's errors, through py4j or Spark Connect
-        if NO_COMMITTED_BATCH in str(exc):
-            return []
-        raise ConfigError(
-            f"checkpoint {checkpoint}: its state's keys cannot be read: {first_line(exc)}"
-        ) from exc
     return sorted(str(row[0]) for row in rows)
 
 
@@ -266,16 +273,10 @@ def state_blobs(spark: Any, checkpoint: str) -> Iterator[tuple[str, Any]]:
     state data source: a Spark job over the state); none before a batch is committed."""
     from pyspark.sql import functions as F
 
-    try:
+    with _reading_state(checkpoint, "its state"):
         state = spark.read.format("statestore").load(checkpoint)
         for row in state.select(F.col(F_KEY), F.col(F_BLOB)).toLocalIterator():
             yield str(row[0]), row[1]
-    except Exception as exc:  # Spark's errors, through py4j or Spark Connect
-        if NO_COMMITTED_BATCH in str(exc):
-            return
-        raise ConfigError(
-            f"checkpoint {checkpoint}: its state cannot be read: {first_line(exc)}"
-        ) from exc
 
 
 def _routed(
@@ -308,28 +309,39 @@ def _all_counts() -> list[int]:
     return list(range(1, MAX_SHARDS_TRIED + 1))
 
 
+def _fit(counts: list[int], shard: int, hashed: int) -> list[int]:
+    """The shard counts of ``counts`` whose plain names put a key hashed ``hashed`` in ``shard``."""
+    return [n for n in counts if n > shard and hashed % n == shard]
+
+
 @dataclass
 class Routing:
-    """What a state's groups say of the shard count it was written with, against the configured
-    one: how many groups, how many are not under the shard it puts them in (and one of them:
-    the group, its shard, and where the count puts it), how many of those are elsewhere than
-    under ``misread`` (the key of a line Spark read no group id from: where strays are); the
-    counts up to ``MAX_SHARDS_TRIED`` that put every group where it is (``fitting``), and
-    every group but the misplaced ones under ``misread`` (``counts``), smallest first."""
+    """What a state's groups say of the shard count it was written with, against ``keys`` (the
+    configured one's plain names): how many groups, how many are not under the shard it puts
+    them in (and one of them: the group, its shard, and where the count puts it), how many of
+    those are elsewhere than under the key of "" (where Spark puts a line it read no group id
+    from: where strays are); the counts up to ``MAX_SHARDS_TRIED`` that put every group where
+    it is (``fitting``), and every group but the misplaced ones under the key of ""
+    (``counts``), smallest first."""
 
-    misread: str
+    keys: SparkKeys
     groups: int = 0
     misplaced: int = 0
     elsewhere: int = 0
     example: tuple[str, str, str] | None = None
     counts: list[int] = field(default_factory=_all_counts)
     fitting: list[int] = field(default_factory=_all_counts)
+    misread: str = field(init=False)
 
-    def add(self, under: str, group_id: str, routed: str) -> None:
+    def __post_init__(self) -> None:
+        self.misread = self.keys.of("")
+
+    def add(self, under: str, group_id: str) -> None:
         self.groups += 1
         shard = int(under.removeprefix(SHARD_PREFIX))
         hashed = zlib.crc32(group_id.encode("utf-8"))
-        self.fitting = [n for n in self.fitting if n > shard and hashed % n == shard]
+        self.fitting = _fit(self.fitting, shard, hashed)
+        routed = self.keys.of(group_id)
         if routed != under:
             self.misplaced += 1
             if self.example is None:
@@ -337,15 +349,15 @@ class Routing:
             if under == self.misread:
                 return
             self.elsewhere += 1
-        self.counts = [n for n in self.counts if n > shard and hashed % n == shard]
+        self.counts = _fit(self.counts, shard, hashed)
 
 
 def tally_routing(keys: SparkKeys, placed: Iterable[tuple[str, str]]) -> Routing:
     """``Routing`` of the (plain shard name, group id) pairs, against ``keys``; one pass, a few
     numbers kept, whatever the number of groups."""
-    routing = Routing(keys.of(""))
+    routing = Routing(keys)
     for under, group_id in placed:
-        routing.add(under, group_id, keys.of(group_id))
+        routing.add(under, group_id)
     return routing
 
 

@@ -10,7 +10,7 @@ from controlplane.core.coordinator.draft import Draft
 from controlplane.core.coordinator.rebalance import prepare_rebalance
 from controlplane.core.coordinator.records import DescribedMember, EventKind
 from controlplane.core.coordinator.requests import Header, RequestType
-from controlplane.core.coordinator.state import Group, GroupPhase, Member, TimerKind
+from controlplane.core.coordinator.state import Group, GroupPhase, Member, Timer, TimerKind
 from controlplane.core.errors import Errors
 
 # docs/reference/events.md §2: the protocol name is "" outside these states.
@@ -153,24 +153,31 @@ def _restart_rebalance_deadline(d: Draft) -> bool:
     extension, or the rebalance timeout) or the pending-sync deadline while members owe their
     SyncGroup (in CompletingRebalance, or in Stable after the leader's). A JoinGroup or
     SyncGroup that waited in the backlog then joins the rebalance it was sent to."""
-    if d.phase is GroupPhase.PREPARING_REBALANCE:
-        timer = d.timers.get((TimerKind.JOIN, ""))
-        if timer is None:
-            return False
-        step_ms = d.rebalance_timeout_ms() if timer.delay_ms is None else timer.delay_ms
-        d.schedule(
-            TimerKind.JOIN,
-            "",
-            max(step_ms, timer.deadline_ms - d.now_ms),
-            initial_delay_ms=timer.delay_ms,
-            remaining_ms=timer.remaining_ms,
-        )
-        return True
-    timer = d.timers.get((TimerKind.SYNC, ""))
-    if timer is None or not d.pending_sync:
+    timer = _rebalance_timer(d)
+    if timer is None:
         return False
-    d.schedule(TimerKind.SYNC, "", max(d.rebalance_timeout_ms(), timer.deadline_ms - d.now_ms))
+    step_ms = d.rebalance_timeout_ms() if timer.delay_ms is None else timer.delay_ms
+    _reschedule(d, timer, max(step_ms, timer.deadline_ms - d.now_ms))
     return True
+
+
+def _rebalance_timer(d: Draft) -> Timer | None:
+    """The deadline of the rebalance in progress: the join timer while it prepares, the sync
+    timer while members owe their SyncGroup."""
+    if d.phase is GroupPhase.PREPARING_REBALANCE:
+        return d.timers.get((TimerKind.JOIN, ""))
+    return d.timers.get((TimerKind.SYNC, "")) if d.pending_sync else None
+
+
+def _reschedule(d: Draft, timer: Timer, delay_ms: int) -> None:
+    """``timer`` again, ``delay_ms`` from now (an initial delay's step keeps its fields)."""
+    d.schedule(
+        timer.kind,
+        timer.member_id,
+        delay_ms,
+        initial_delay_ms=timer.delay_ms,
+        remaining_ms=timer.remaining_ms,
+    )
 
 
 def _overdue_timers_fire_now(d: Draft) -> None:
@@ -187,10 +194,4 @@ def _overdue_timers_fire_now(d: Draft) -> None:
         key=lambda t: (t.deadline_ms, t.seq),
     )
     for timer in overdue:
-        d.schedule(
-            timer.kind,
-            timer.member_id,
-            0,
-            initial_delay_ms=timer.delay_ms,
-            remaining_ms=timer.remaining_ms,
-        )
+        _reschedule(d, timer, 0)
