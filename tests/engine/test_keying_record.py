@@ -22,6 +22,7 @@ from controlplane.engine.checkpoints import (
     STRAYS_TOLERATED,
     check_routed,
     checkpoint_keys,
+    state_blobs,
     state_keys,
     tally_routing,
 )
@@ -491,3 +492,10 @@ def test_the_keys_of_a_state_not_yet_committed_are_none() -> None:
     assert state_keys(Session(error=error), "s3://b/c") == []
     with pytest.raises(ConfigError, match="its state's keys cannot be read: no access"):
         state_keys(Session(error="no access\nat org.apache..."), "s3://b/c")
+
+
+def test_the_state_of_a_checkpoint_not_yet_committed_holds_no_blob() -> None:
+    error = "[STDS_COMMITTED_BATCH_UNAVAILABLE] No committed batch found"
+    assert list(state_blobs(Session(error=error), "s3://b/c")) == []
+    with pytest.raises(ConfigError, match="its state cannot be read: no access"):
+        list(state_blobs(Session(error="no access\nat org.apache..."), "s3://b/c"))
