@@ -476,8 +476,7 @@ def test_a_group_over_a_lowered_max_size_rebalances_at_failover() -> None:
     assert_sync(h.sync(h.leader or "", 1), Errors.NONE)
     h.assert_state(STABLE, 1, members=set(ids))
     h.config = dataclasses.replace(h.config, group_max_size=2)
-    h.now_ms = 60_000
-    h._record(machine.reset_sessions(h.state, h.now_ms, h.config))
+    h.failover(at_ms=60_000)
     started = h.events_of(EventKind.REBALANCE_STARTED)
     assert [(e.reason, e.at_ms) for e in started][-1] == ("group_max_size", 60_000)
     h.assert_state(PREPARING, 1, members=set(ids))
